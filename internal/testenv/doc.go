@@ -1,0 +1,9 @@
+// Package testenv gives redfence's tests their servers: a Redis client with a
+// key prefix of its own, a MySQL database of its own, and extra redis-server
+// processes on loopback ports for replication and failover tests.
+//
+// Addresses come from REDIS_ADDR (default 127.0.0.1:6379) and MYSQL_DSN
+// (default root@tcp(127.0.0.1:3306)/). A test that needs a server which does
+// not answer fails at once with a message naming the variable to set; it never
+// skips.
+package testenv
