@@ -1,0 +1,61 @@
+package guard
+
+import "errors"
+
+var (
+	// ErrFenced is returned when the database rejected the lock's fencing
+	// token: a newer holder has claimed the key (typically after a Redis
+	// failover lost the grant). fn was not called and nothing was written.
+	// The error also matches [fence.ErrStale], and errors.As extracts the
+	// *fence.StaleError with the database's current token. Do has raised the
+	// key's token floor in Redis, so the next call gets an accepted token.
+	ErrFenced = errors.New("guard: fenced")
+
+	// ErrNilFunc is returned by Do when fn is nil.
+	ErrNilFunc = errors.New("guard: nil fn")
+
+	// ErrNilContext is returned by Do when ctx is nil.
+	ErrNilContext = errors.New("guard: nil context")
+
+	// ErrInvalidKey is returned by Do for a key that is empty, longer than
+	// redislock.MaxKeyLen bytes or not valid UTF-8. The error also matches
+	// redislock.ErrInvalidKey.
+	ErrInvalidKey = errors.New("guard: invalid key")
+
+	// ErrInvalidGuard is returned by Do on a nil or zero Guard, or one built
+	// by [New] with a nil Locker, a nil DB or invalid [Options]; the error
+	// text names the problem.
+	ErrInvalidGuard = errors.New("guard: invalid guard")
+
+	// ErrInvalidOptions is returned (together with [ErrInvalidGuard]) by Do on
+	// a Guard built with invalid [Options].
+	ErrInvalidOptions = errors.New("guard: invalid options")
+
+	// ErrLockLost is returned when the lock was lost (lease expired, deleted,
+	// Redis unreachable for longer than the lease) while fn ran or before the
+	// transaction could start; the transaction was rolled back. The error
+	// also matches the lock's own error (redislock.ErrLost).
+	ErrLockLost = errors.New("guard: lock lost")
+
+	// ErrNotCommitted is returned when COMMIT failed and the transaction is
+	// known not to have committed, including when the connection died during
+	// COMMIT and the fence row showed the commit did not happen. Nothing of
+	// the attempt was applied; calling Do again is safe.
+	ErrNotCommitted = errors.New("guard: not committed")
+
+	// ErrOutcomeUnknown is returned when the connection died during COMMIT
+	// and Do could not find out whether the transaction committed (the
+	// database stayed unreachable, or a newer holder claimed the key before
+	// the check). Check the data before retrying.
+	ErrOutcomeUnknown = errors.New("guard: commit outcome unknown")
+
+	// ErrTxManaged is returned by [Tx.Commit] and [Tx.Rollback]: Do commits
+	// or rolls back the transaction when fn returns.
+	ErrTxManaged = errors.New("guard: transaction is managed by Do; return from fn instead")
+
+	// ErrReentry is returned by Do called inside fn (with fn's ctx) on the
+	// key the outer call holds, through a different Guard whose database or
+	// locker differs: joining would use the wrong transaction, and locking
+	// again would wait for the caller's own lock.
+	ErrReentry = errors.New("guard: conflicting nested call on a held key")
+)
