@@ -1,0 +1,87 @@
+package fence
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL server error numbers that Retryable recognises.
+const (
+	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: only the statement was rolled back
+	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK: the whole transaction was rolled back
+	// The server is going away or has killed this connection: the
+	// transaction is gone with it.
+	erServerShutdown = 1053 // ER_SERVER_SHUTDOWN
+	erConnKilled     = 1927 // ER_CONNECTION_KILLED (MariaDB)
+	erClientInteract = 4031 // ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): idle connection closed
+)
+
+// Retryable reports whether err, returned by a statement of a transaction
+// (other than COMMIT), is worth running the WHOLE transaction again, on a
+// fresh transaction, after rolling the failed one back explicitly:
+//
+//   - deadlock (1213): InnoDB chose this transaction as the victim and rolled
+//     it back;
+//   - lock wait timeout (1205): only the statement was rolled back
+//     (innodb_rollback_on_timeout is off by default) and the transaction
+//     still holds its earlier locks, so it must be rolled back before
+//     retrying;
+//   - the connection was lost ([IsConnectionLost]) before COMMIT was sent:
+//     the server rolls the transaction back when it notices.
+//
+// Everything else is not retryable: duplicate keys, syntax and other server
+// errors, [ErrStale] and [ErrConflict] (retrying with the same token cannot
+// succeed), bad input, and context cancellation or deadline (the caller gave
+// up). A connection lost during COMMIT is reported by [IsConnectionLost] but
+// the outcome is then unknown: settle it with [Lookup] before retrying.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if errors.Is(err, ErrStale) || errors.Is(err, ErrConflict) {
+		return false
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case erLockDeadlock, erLockWaitTimeout:
+			return true
+		}
+	}
+	return IsConnectionLost(err)
+}
+
+// IsConnectionLost reports whether err means the connection to the server
+// broke or was closed by the server: driver.ErrBadConn, the MySQL driver's
+// ErrInvalidConn, an unexpected EOF, a reset or broken pipe, a network
+// error, or a server error saying the connection was killed or the server is
+// shutting down. The transaction running on it is lost; if the error came
+// from COMMIT, whether it committed is unknown.
+func IsConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case erServerShutdown, erConnKilled, erClientInteract:
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && !errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,120 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+)
+
+// MigrationsTable is the table in which [Apply] and the migrate tool record
+// the version of redfence's schema. It is not golang-migrate's default
+// (schema_migrations), so the application can keep its own history there.
+const MigrationsTable = "redfence_schema_migrations"
+
+var (
+	// ErrDirty means an earlier migration failed half-way: the schema is in
+	// an unknown state and Apply refuses to continue. Inspect the database,
+	// repair it by hand, then record the right version with
+	// "migrate ... force VERSION". The returned error also names the version.
+	ErrDirty = errors.New("migrations: schema is dirty")
+
+	// ErrNoDatabase means the *sql.DB given to Apply has no default database
+	// selected (its DSN ends in "/"), so there is nowhere to create tables.
+	ErrNoDatabase = errors.New("migrations: no database selected in the DSN")
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Files returns the embedded migration files (NNNN_title.up.sql and
+// .down.sql at the root of the file system), for tools that apply migrations
+// themselves.
+func Files() fs.FS { return files }
+
+// Apply brings the schema of the database selected by db up to the newest
+// version. It is idempotent: on an up-to-date schema it changes nothing and
+// returns nil. Concurrent calls, from one process or several, are serialised
+// by a MySQL named lock (GET_LOCK) held by golang-migrate; a caller that
+// cannot take it within 10 s gets an error.
+//
+// ctx governs the wait for a connection and the stop between two migration
+// files; a statement already sent runs to its end. Apply does not close db.
+//
+// A schema left dirty by an interrupted migration gives an error matching
+// [ErrDirty]; a DSN without a database gives [ErrNoDatabase].
+func Apply(ctx context.Context, db *sql.DB) (err error) {
+	if db == nil {
+		return errors.New("migrations: nil *sql.DB")
+	}
+	// The driver gets a connection of its own: closing it (below) must not
+	// close the caller's pool, which closing a driver made with WithInstance
+	// would do.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: connect: %w", err)
+	}
+	drv, err := migratemysql.WithConnection(ctx, conn, &migratemysql.Config{MigrationsTable: MigrationsTable})
+	if err != nil {
+		_ = conn.Close()
+		if errors.Is(err, migratemysql.ErrNoDatabaseName) {
+			return ErrNoDatabase
+		}
+		return fmt.Errorf("migrations: prepare %s: %w", MigrationsTable, err)
+	}
+	src, err := iofs.New(files, ".")
+	if err != nil {
+		_ = drv.Close()
+		return fmt.Errorf("migrations: read embedded files: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
+	if err != nil {
+		_ = src.Close()
+		_ = drv.Close()
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			if cerr := errors.Join(srcErr, dbErr); cerr != nil {
+				err = fmt.Errorf("migrations: close: %w", cerr)
+			}
+		}
+	}()
+
+	// golang-migrate takes no context; it stops between files when told.
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			m.GracefulStop <- true
+		case <-stop:
+		}
+	}()
+	err = m.Up()
+	close(stop)
+	<-watched
+
+	var dirty migrate.ErrDirty
+	switch {
+	case err == nil, errors.Is(err, migrate.ErrNoChange):
+		return ctx.Err()
+	case errors.As(err, &dirty):
+		return fmt.Errorf("%w at version %d: a migration failed part-way; repair the schema by hand, "+
+			"then record the version it is at with the migrate tool's force command "+
+			"(x-migrations-table=%s)", ErrDirty, dirty.Version, MigrationsTable)
+	default:
+		if ctx.Err() != nil {
+			return errors.Join(fmt.Errorf("migrations: %w", err), ctx.Err())
+		}
+		return fmt.Errorf("migrations: %w", err)
+	}
+}
