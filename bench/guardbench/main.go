@@ -8,13 +8,16 @@
 //   - hot key: C callers on one key with a DB pool of P connections, Do with a
 //     read-modify-write against the MySQL-only alternative in the same
 //     transaction shape (BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT):
-//     throughput, latency p50/p99/max, and the most DB connections in use at
-//     once (queued Do callers hold none).
+//     throughput, latency p50/p99/max, the most DB connections in use at
+//     once (queued Do callers hold none), and CPU time per operation of this
+//     process, the database server and the Redis server, with the share of
+//     the machine left idle. The variants alternate, two runs each.
 //
 // Usage:
 //
 //	go run ./bench/guardbench [-redis 127.0.0.1:6379] [-mysql 'root@tcp(127.0.0.1:3306)/']
 //	    [-n 2000] [-callers 256] [-pool 16] [-d 5s] [-interpolate=true]
+//	    [-hot do] [-cpuprofile file]
 //
 // It creates a scratch database and Redis keys under a random prefix and
 // removes both at the end.
@@ -29,7 +32,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,12 +56,30 @@ func main() {
 	pool := flag.Int("pool", 16, "DB connection pool size in the hot-key run")
 	dur := flag.Duration("d", 5*time.Second, "length of each hot-key run")
 	interpolate := flag.Bool("interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
+	only := flag.String("hot", "", "comma-separated hot-key variants to run besides MySQL-only: do (default: all)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the hot-key runs to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "guardbench:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		profile = f
+	}
+	hotVariants = *only
 	if err := run(*redisAddr, *mysqlDSN, *n, *callers, *pool, *dur, *interpolate); err != nil {
 		fmt.Fprintln(os.Stderr, "guardbench:", err)
 		os.Exit(1)
 	}
 }
+
+// profile, when set, receives a CPU profile of the hot-key runs.
+var profile *os.File
+
+// hotVariants selects hot-key variants by short name; empty selects all.
+var hotVariants string
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -106,6 +129,7 @@ type setup struct {
 	db           *sqlx.DB
 	locker       *redislock.Locker
 	g            *guard.Guard
+	redisPort    string
 	redisRT      *counter
 	mysqlRT      *counter
 	prefix, name string
@@ -129,6 +153,9 @@ func run(redisAddr, dsn string, n, callers, pool int, dur time.Duration, interpo
 	defer func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+name) }()
 
 	s := &setup{redisRT: &counter{}, mysqlRT: &counter{}, prefix: "guardbench:" + randomHex(4), name: name}
+	if _, port, err := net.SplitHostPort(redisAddr); err == nil {
+		s.redisPort = port
+	}
 	s.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, Dialer: s.redisRT.dial, PoolSize: callers + 16})
 	defer s.rdb.Close()
 	defer func() {
@@ -264,10 +291,30 @@ func hotKey(ctx context.Context, s *setup, callers, pool int, dur time.Duration)
 		}
 		return tx.Commit()
 	}
-	do := func(ctx context.Context) error {
-		return s.g.Do(ctx, "hot", func(ctx context.Context, tx *guard.Tx) error {
-			return readModifyWrite(ctx, tx.Tx, "")
-		})
+	doWith := func(g *guard.Guard) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			return g.Do(ctx, "hot", func(ctx context.Context, tx *guard.Tx) error {
+				return readModifyWrite(ctx, tx.Tx, "")
+			})
+		}
+	}
+	type variant struct {
+		short, name string
+		op          func(context.Context) error
+	}
+	variants := []variant{{"mysql", "MySQL-only", mysqlOnly}}
+	for _, v := range []variant{
+		{"do", "guard.Do", doWith(s.g)},
+	} {
+		if hotVariants == "" || slices.Contains(strings.Split(hotVariants, ","), v.short) {
+			variants = append(variants, v)
+		}
+	}
+	if profile != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	fmt.Printf("hot key: %d callers, DB pool %d, %v per run, critical section SELECT n; UPDATE n = n+1:\n", callers, pool, dur)
 	type result struct {
@@ -276,93 +323,101 @@ func hotKey(ctx context.Context, s *setup, callers, pool int, dur time.Duration)
 		inUse  int
 		rps    float64
 		errors int
+		cpu    cpuTimes
 	}
 	results := map[string]*result{}
-	for _, v := range []struct {
-		name string
-		op   func(context.Context) error
-	}{{"MySQL-only", mysqlOnly}, {"guard.Do", do}, {"MySQL-only", mysqlOnly}, {"guard.Do", do}} {
-		var before int64
-		if err := s.db.GetContext(ctx, &before, "SELECT n FROM counters WHERE id = 1"); err != nil {
-			return err
-		}
-		var mu sync.Mutex
-		var lat []time.Duration
-		var errs atomic.Int64
-		stop := make(chan struct{})
-		var maxInUse atomic.Int64
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			tk := time.NewTicker(time.Millisecond)
-			defer tk.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tk.C:
-					if u := int64(s.db.Stats().InUse); u > maxInUse.Load() {
-						maxInUse.Store(u)
-					}
-				}
+	const rounds = 2
+	for range rounds {
+		for _, v := range variants {
+			var before int64
+			if err := s.db.GetContext(ctx, &before, "SELECT n FROM counters WHERE id = 1"); err != nil {
+				return err
 			}
-		}()
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range callers {
-			wg.Add(1)
+			var mu sync.Mutex
+			var lat []time.Duration
+			var errs atomic.Int64
+			stop := make(chan struct{})
+			var maxInUse atomic.Int64
+			sampled := make(chan struct{})
 			go func() {
-				defer wg.Done()
-				var mine []time.Duration
+				defer close(sampled)
+				tk := time.NewTicker(time.Millisecond)
+				defer tk.Stop()
 				for {
 					select {
 					case <-stop:
-						mu.Lock()
-						lat = append(lat, mine...)
-						mu.Unlock()
 						return
-					default:
+					case <-tk.C:
+						if u := int64(s.db.Stats().InUse); u > maxInUse.Load() {
+							maxInUse.Store(u)
+						}
 					}
-					t0 := time.Now()
-					if err := v.op(ctx); err != nil {
-						errs.Add(1)
-						continue
-					}
-					mine = append(mine, time.Since(t0))
 				}
 			}()
+			var wg sync.WaitGroup
+			cpu0 := readCPU(s.redisPort)
+			start := time.Now()
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var mine []time.Duration
+					for {
+						select {
+						case <-stop:
+							mu.Lock()
+							lat = append(lat, mine...)
+							mu.Unlock()
+							return
+						default:
+						}
+						t0 := time.Now()
+						if err := v.op(ctx); err != nil {
+							errs.Add(1)
+							continue
+						}
+						mine = append(mine, time.Since(t0))
+					}
+				}()
+			}
+			time.Sleep(dur)
+			close(stop)
+			wg.Wait()
+			elapsed := time.Since(start)
+			cpu := readCPU(s.redisPort).sub(cpu0)
+			<-sampled
+			var after int64
+			if err := s.db.GetContext(ctx, &after, "SELECT n FROM counters WHERE id = 1"); err != nil {
+				return err
+			}
+			if after-before != int64(len(lat)) {
+				return fmt.Errorf("%s: %d operations succeeded but the counter moved by %d", v.name, len(lat), after-before)
+			}
+			r := results[v.name]
+			if r == nil {
+				r = &result{}
+				results[v.name] = r
+			}
+			r.ops += len(lat)
+			r.lat = append(r.lat, lat...)
+			r.rps += float64(len(lat)) / elapsed.Seconds() / rounds
+			r.inUse = max(r.inUse, int(maxInUse.Load()))
+			r.errors += int(errs.Load())
+			r.cpu = r.cpu.add(cpu)
 		}
-		time.Sleep(dur)
-		close(stop)
-		wg.Wait()
-		elapsed := time.Since(start)
-		<-sampled
-		var after int64
-		if err := s.db.GetContext(ctx, &after, "SELECT n FROM counters WHERE id = 1"); err != nil {
-			return err
-		}
-		if after-before != int64(len(lat)) {
-			return fmt.Errorf("%s: %d operations succeeded but the counter moved by %d", v.name, len(lat), after-before)
-		}
+	}
+	for _, v := range variants {
 		r := results[v.name]
-		if r == nil {
-			r = &result{}
-			results[v.name] = r
-		}
-		r.ops += len(lat)
-		r.lat = append(r.lat, lat...)
-		r.rps += float64(len(lat)) / elapsed.Seconds() / 2
-		r.inUse = max(r.inUse, int(maxInUse.Load()))
-		r.errors += int(errs.Load())
+		fmt.Printf("  %-10s %7.0f ops/s  p50 %9v  p99 %9v  max %9v  max DB conns in use %2d  errors %d  CPU µs/op: bench %.0f mysqld %.0f redis %.0f; machine idle %.0f%%\n",
+			v.name, r.rps, pct(r.lat, 50), pct(r.lat, 99), pct(r.lat, 100), r.inUse, r.errors,
+			r.cpu.self.perOp(r.ops), r.cpu.mysqld.perOp(r.ops), r.cpu.redis.perOp(r.ops), r.cpu.idlePct())
 	}
-	for _, name := range []string{"MySQL-only", "guard.Do"} {
-		r := results[name]
-		fmt.Printf("  %-10s %7.0f ops/s  p50 %9v  p99 %9v  max %9v  max DB conns in use %d  errors %d\n",
-			name, r.rps, pct(r.lat, 50), pct(r.lat, 99), pct(r.lat, 100), r.inUse, r.errors)
+	m := results["MySQL-only"]
+	for _, v := range variants[1:] {
+		d := results[v.name]
+		fmt.Printf("  %-10s / MySQL-only: throughput %.2fx, p99 %.2fx\n", v.name, d.rps/m.rps, ratio(pct(d.lat, 99), pct(m.lat, 99)))
 	}
-	m, d := results["MySQL-only"], results["guard.Do"]
-	fmt.Printf("  Do / MySQL-only: throughput %.2fx, p99 %.2fx (each figure: mean of 2 alternating runs' throughput, pooled latencies)\n",
-		d.rps/m.rps, ratio(pct(d.lat, 99), pct(m.lat, 99)))
+	fmt.Printf("  (each figure: mean of %d alternating runs' throughput, pooled latencies)\n", rounds)
 	return nil
 }
 
