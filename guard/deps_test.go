@@ -83,8 +83,8 @@ func TestMySQLUnreachable(t *testing.T) {
 		t.Error("fn called without a transaction")
 		return nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "begin") || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("Do = %v, want a begin error naming the refused connection", err)
+	if err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Do = %v, want an error naming the refused connection", err)
 	}
 	e.assertFree("k")
 }

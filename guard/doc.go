@@ -61,6 +61,20 @@
 // writes; no update is lost and nothing is applied twice. Do then returns nil
 // (the work is durable) and reports the loss through Hooks.OnLost.
 //
+// # Fence rows
+//
+// The first Do on a key in a process creates the key's fence row, if it does
+// not exist yet, before beginning the transaction (one read, and an insert
+// the first time ever; see fence.Ensure). A first claim that created the row
+// inside a transaction which then rolled back could otherwise deadlock other
+// transactions waiting for that row.
+//
+// While a transaction holds the fence row, the next holder's claim waits for
+// it, even when the first holder's lock was lost: a holder that froze inside
+// fn (a GC pause, a stopped process) delays the next one until its
+// transaction ends, or until the next one's lock wait times out on the server
+// (innodb_lock_wait_timeout) and Do retries. Keep transactions short.
+//
 // # Nesting
 //
 // Do called inside fn, with fn's ctx, on the same key joins the outer call:

@@ -22,6 +22,8 @@ type Guard struct {
 	opt    Options
 	err    error // set by New when the Guard is unusable
 
+	ensured ensured
+
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
 }
@@ -274,6 +276,10 @@ func (g *Guard) attempt(ctx, lctx context.Context, lk *redislock.Lock, n int, ac
 	key, token := lk.Key(), lk.Token()
 	if lctx.Err() != nil {
 		return false, g.lostOr(lctx, context.Cause(lctx))
+	}
+	if err := g.ensure(lctx, key); err != nil {
+		err = g.lostOr(lctx, err)
+		return fence.Retryable(err) && lctx.Err() == nil, err
 	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
