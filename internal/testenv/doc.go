@@ -3,7 +3,9 @@
 // processes on loopback ports for replication and failover tests.
 //
 // Addresses come from REDIS_ADDR (default 127.0.0.1:6379) and MYSQL_DSN
-// (default root@tcp(127.0.0.1:3306)/). A test that needs a server which does
-// not answer fails at once with a message naming the variable to set; it never
-// skips.
+// (default root@tcp(127.0.0.1:3306)/). When a variable is unset and nothing
+// answers on the default port but a Docker engine is reachable, the server is
+// started in a container with testcontainers-go, once per test process. A test
+// that needs a server which does not answer fails at once with a message
+// naming the variable to set; it never skips.
 package testenv

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,12 +15,12 @@ import (
 // on the local server, no database selected.
 const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/"
 
-// MySQLDSN returns the DSN tests use for the MySQL (or MariaDB) server.
+// MySQLDSN returns the DSN tests use for the MySQL (or MariaDB) server:
+// MYSQL_DSN when set; otherwise DefaultMySQLDSN when something answers on
+// 127.0.0.1:3306; otherwise, when a Docker engine is reachable, a MySQL
+// container started once for the whole test process with testcontainers-go.
 func MySQLDSN() string {
-	if d := os.Getenv("MYSQL_DSN"); d != "" {
-		return d
-	}
-	return DefaultMySQLDSN
+	return mysqlResolver.get()
 }
 
 // MySQL creates a database of the test's own on the MySQL server, returns a
@@ -52,7 +51,7 @@ func MySQLWithDSN(t testing.TB) (*sqlx.DB, string) {
 	defer cancel()
 	if err := admin.PingContext(ctx); err != nil {
 		t.Fatalf("testenv: MySQL at %s does not answer (%v): start it, or set MYSQL_DSN=user:pass@tcp(host:port)/ "+
-			"(docker compose up -d starts one on 127.0.0.1:3306)", cfg.Addr, err)
+			"(docker compose up -d starts one on 127.0.0.1:3306)%s", cfg.Addr, err, noteSuffix(mysqlResolver))
 	}
 	name := "rftest_" + RandomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -16,12 +15,12 @@ import (
 // DefaultRedisAddr is used when REDIS_ADDR is unset.
 const DefaultRedisAddr = "127.0.0.1:6379"
 
-// RedisAddr returns the address tests use for the shared Redis server.
+// RedisAddr returns the address tests use for the shared Redis server:
+// REDIS_ADDR when set; otherwise DefaultRedisAddr when something answers
+// there; otherwise, when a Docker engine is reachable, a Redis container
+// started once for the whole test process with testcontainers-go.
 func RedisAddr() string {
-	if a := os.Getenv("REDIS_ADDR"); a != "" {
-		return a
-	}
-	return DefaultRedisAddr
+	return redisResolver.get()
 }
 
 // Redis returns a client for the shared Redis server, closed when the test
@@ -40,7 +39,7 @@ func Redis(t testing.TB) *redis.Client {
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("testenv: Redis at %s does not answer (%v): start it, or set REDIS_ADDR=host:port "+
-			"(docker compose up -d starts one on 127.0.0.1:6379)", addr, err)
+			"(docker compose up -d starts one on 127.0.0.1:6379)%s", addr, err, noteSuffix(redisResolver))
 	}
 	return rdb
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/guard"
+	"github.com/redfence/redfence/redislock"
+)
+
+// defaultKeyPrefix starts the Redis keys of the example's locks.
+const defaultKeyPrefix = "redfence-inventory"
+
+// lockKey is the lock, and fence, name of a SKU.
+func lockKey(sku string) string { return "inventory:" + sku }
+
+// instance is one simulated application instance: a Redis client, a Locker,
+// a database pool and a Guard of its own, as separate processes would have.
+type instance struct {
+	name   string
+	rdb    *redis.Client
+	locker *redislock.Locker
+	db     *sqlx.DB
+	guard  *guard.Guard
+	frozen *freezer
+	logger *slog.Logger
+
+	// onAcquired, when set, runs when guard.Do has taken the lock, before
+	// its transaction starts (the example injects stalls there).
+	onAcquired func()
+}
+
+// instanceConfig is what every instance of a run shares.
+type instanceConfig struct {
+	servers  servers
+	prefix   string // of the Redis keys
+	poolSize int
+	lease    time.Duration
+	logger   *slog.Logger
+}
+
+func newInstance(name string, c instanceConfig) (*instance, error) {
+	inst := &instance{name: name, frozen: newFreezer(), logger: c.logger}
+	inst.rdb = redis.NewClient(&redis.Options{Addr: c.servers.redisAddr, PoolSize: c.poolSize * 2})
+	inst.rdb.AddHook(inst.frozen)
+	inst.locker = redislock.New(inst.rdb, &redislock.Options{Prefix: c.prefix, LeaseTTL: c.lease, Logger: c.logger})
+	db, err := openPool(c.servers.mysqlDSN, c.poolSize)
+	if err != nil {
+		inst.close()
+		return nil, err
+	}
+	inst.db = db
+	inst.guard = newGuard(inst)
+	return inst, nil
+}
+
+// newGuard returns a Guard on inst's Locker and pool.
+func newGuard(inst *instance) *guard.Guard {
+	return guard.New(inst.locker, inst.db, &guard.Options{
+		Logger: inst.logger,
+		Hooks: guard.Hooks{OnAcquired: func(string, uint64, time.Duration) {
+			if inst.onAcquired != nil {
+				inst.onAcquired()
+			}
+		}},
+	})
+}
+
+func (inst *instance) close() error {
+	var errs []error
+	if inst.locker != nil {
+		errs = append(errs, inst.locker.Close())
+	}
+	if inst.rdb != nil {
+		errs = append(errs, inst.rdb.Close())
+	}
+	if inst.db != nil {
+		errs = append(errs, inst.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// newInstances starts n instances named app-1..app-n.
+func newInstances(n int, c instanceConfig) ([]*instance, error) {
+	out := make([]*instance, 0, n)
+	for i := range n {
+		inst, err := newInstance(fmt.Sprintf("app-%d", i+1), c)
+		if err != nil {
+			closeInstances(out)
+			return nil, err
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}
+
+func closeInstances(insts []*instance) {
+	for _, inst := range insts {
+		_ = inst.close()
+	}
+}
+
+// ping checks both servers through inst's own connections; the error names
+// the server that does not answer.
+func (inst *instance) ping(ctx context.Context) error {
+	var errs []error
+	if err := inst.rdb.Ping(ctx).Err(); err != nil {
+		errs = append(errs, &depError{which: "redis", err: err})
+	}
+	if err := inst.db.PingContext(ctx); err != nil {
+		errs = append(errs, &depError{which: "mysql", err: err})
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	// go-redis prints its own connection failures; the program reports them
+	// itself, once, with what to do about them.
+	redis.SetLogger(quietRedis{})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// quietRedis discards go-redis's internal log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitUnsafe      = 1 // a mode that claims safety oversold, or a run failed
+	exitUnreachable = 2 // Redis or MySQL cannot be reached
+	exitUsage       = 3
+)
+
+// run is the whole program; main only wires signals and the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		return runServe(ctx, args[1:], stdout, stderr)
+	}
+	cfg, err := parseDemoFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "inventory: %v\n", err)
+		return exitUsage
+	}
+	srv, err := serversFromEnv(defaultDatabase)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	results, err := runDemo(ctx, cfg, srv, stderr)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if !writeReport(stdout, cfg, results) {
+		return exitUnsafe
+	}
+	return exitOK
+}
+
+// fail prints err for a person, without a stack trace, and returns the exit
+// status it deserves.
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "inventory: %v\n", err)
+	if isUnreachable(err) {
+		return exitUnreachable
+	}
+	return exitUnsafe
+}
+
+func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
+	cfg := demoConfig{}
+	fs := flag.NewFlagSet("inventory", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("mode", "all", "mode to run: all, "+strings.Join(allModes, ", ")+" (comma-separated list allowed)")
+	fs.IntVar(&cfg.buyers, "buyers", 64, "concurrent buyers")
+	fs.IntVar(&cfg.instances, "instances", 4, "simulated application instances (separate Redis clients, Lockers and DB pools)")
+	fs.IntVar(&cfg.stock, "stock", 256, "initial stock of the SKU")
+	fs.IntVar(&cfg.orders, "orders", 8, "orders each buyer places, stopping at the first sold-out answer")
+	fs.IntVar(&cfg.qty, "qty", 1, "units per order")
+	fs.IntVar(&cfg.poolSize, "pool", 8, "database connections per instance")
+	fs.StringVar(&cfg.sku, "sku", "widget", "the SKU everyone buys")
+	fs.StringVar(&cfg.prefix, "redis-prefix", defaultKeyPrefix, "prefix of the lock keys in Redis")
+	fs.DurationVar(&cfg.pause, "pause", 500*time.Millisecond,
+		"in redis-only and guard: freeze one lock holder's instance for this long right after it takes the lock, and two between reading and writing the stock (0: no stall)")
+	fs.BoolVar(&cfg.failover, "failover", true,
+		"in redis-only and guard: delete the lock's Redis keys once while it is held, as a failover to a replica that missed them would")
+	fs.DurationVar(&cfg.lease, "lease", 250*time.Millisecond, "lock lease; -pause longer than it makes holders lose their lock")
+	fs.DurationVar(&cfg.work, "work", 0, "extra time a purchase spends between reading and writing the stock")
+	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on each mode")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: inventory [flags]     run the oversell demo\n       inventory serve [flags]  run the HTTP API\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (subcommands: serve)", fs.Arg(0))
+	}
+	if *mode == "all" {
+		cfg.modes = allModes
+	} else {
+		for m := range strings.SplitSeq(*mode, ",") {
+			m = strings.TrimSpace(m)
+			if !slices.Contains(allModes, m) {
+				return cfg, fmt.Errorf("unknown mode %q (want all, %s)", m, strings.Join(allModes, ", "))
+			}
+			cfg.modes = append(cfg.modes, m)
+		}
+	}
+	switch {
+	case cfg.buyers < 1, cfg.instances < 1, cfg.orders < 1, cfg.poolSize < 1:
+		return cfg, errors.New("-buyers, -instances, -orders and -pool must be at least 1")
+	case cfg.stock < 0:
+		return cfg, errors.New("-stock must not be negative")
+	case cfg.qty < 1:
+		return cfg, errors.New("-qty must be at least 1")
+	case cfg.pause < 0, cfg.work < 0:
+		return cfg, errors.New("-pause and -work must not be negative")
+	case cfg.lease < 30*time.Millisecond:
+		return cfg, errors.New("-lease must be at least 30ms")
+	case cfg.timeout <= 0:
+		return cfg, errors.New("-timeout must be positive")
+	}
+	return cfg, nil
+}

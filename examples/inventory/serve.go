@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redfence/redfence/examples/inventory/store"
+	"github.com/redfence/redfence/guard"
+)
+
+// serveConfig configures the HTTP API.
+type serveConfig struct {
+	addr           string
+	sku            string // seeded with stock when missing
+	prefix         string // of the Redis keys
+	stock          int
+	poolSize       int
+	lease          time.Duration
+	requestTimeout time.Duration
+	shutdown       time.Duration
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := serveConfig{}
+	fs := flag.NewFlagSet("inventory serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on")
+	fs.StringVar(&cfg.sku, "sku", "widget", "SKU created at start when it does not exist")
+	fs.IntVar(&cfg.stock, "stock", 100, "stock of -sku when it is created")
+	fs.StringVar(&cfg.prefix, "redis-prefix", defaultKeyPrefix, "prefix of the lock keys in Redis")
+	fs.IntVar(&cfg.poolSize, "pool", 16, "database connections")
+	fs.DurationVar(&cfg.lease, "lease", 10*time.Second, "lock lease")
+	fs.DurationVar(&cfg.requestTimeout, "request-timeout", 5*time.Second, "bound on each request")
+	fs.DurationVar(&cfg.shutdown, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	srv, err := serversFromEnv(defaultDatabase)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if err := checkRedis(ctx, srv.redisAddr); err != nil {
+		return fail(stderr, err)
+	}
+	admin, err := openDatabase(ctx, srv, 1)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	created, err := store.SeedIfMissing(ctx, admin, cfg.sku, cfg.stock)
+	_ = admin.Close()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	inst, err := newInstance("serve", instanceConfig{servers: srv, prefix: cfg.prefix, poolSize: cfg.poolSize, lease: cfg.lease,
+		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return fail(stderr, err)
+	}
+	defer inst.close()
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if created {
+		fmt.Fprintf(stdout, "created SKU %q with stock %d\n", cfg.sku, cfg.stock)
+	}
+	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s)\n", ln.Addr(), cfg.sku, cfg.sku)
+	api := &api{guard: inst.guard, db: inst.db, deps: inst.ping, timeout: cfg.requestTimeout, instance: inst.name}
+	if err := serve(ctx, ln, api.routes(), cfg.shutdown); err != nil {
+		return fail(stderr, err)
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return exitOK
+}
+
+// serve answers on ln until ctx ends, then stops accepting and waits up to
+// grace for in-flight requests.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// api is the HTTP face of the service.
+type api struct {
+	guard    *guard.Guard
+	db       store.Execer
+	deps     func(ctx context.Context) error // pings Redis and MySQL
+	timeout  time.Duration
+	instance string
+}
+
+func (a *api) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", a.postOrder)
+	mux.HandleFunc("GET /stock/{sku}", a.getStock)
+	return mux
+}
+
+type orderRequest struct {
+	SKU string `json:"sku"`
+	Qty int    `json:"qty"`
+}
+
+type orderResponse struct {
+	OrderID   string `json:"order_id"`
+	SKU       string `json:"sku"`
+	Qty       int    `json:"qty"`
+	Remaining int    `json:"remaining"`
+}
+
+type stockResponse struct {
+	SKU   string `json:"sku"`
+	Stock int    `json:"stock"`
+}
+
+type errorResponse struct {
+	Error     string `json:"error"`
+	Available *int   `json:"available,omitempty"`
+}
+
+func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	var req orderRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: "invalid JSON body: " + err.Error()})
+		return
+	}
+	if dec.More() {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: "invalid JSON body: more than one value"})
+		return
+	}
+	o := store.Order{ID: randomHex(16), SKU: req.SKU, Qty: req.Qty, Instance: a.instance}
+	if err := o.Validate(); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+		return
+	}
+	var left int
+	err := a.guard.Do(ctx, lockKey(o.SKU), func(ctx context.Context, tx *guard.Tx) error {
+		o.Token = tx.Token()
+		var err error
+		left, err = store.Purchase(ctx, tx, o, nil)
+		return err
+	})
+	if err != nil {
+		a.writeError(ctx, w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, orderResponse{OrderID: o.ID, SKU: o.SKU, Qty: o.Qty, Remaining: left})
+}
+
+func (a *api) getStock(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	sku := r.PathValue("sku")
+	if err := (store.Order{ID: "-", SKU: sku, Qty: 1}).Validate(); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+		return
+	}
+	stock, err := store.Stock(ctx, a.db, sku)
+	if err != nil {
+		a.writeError(ctx, w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, stockResponse{SKU: sku, Stock: stock})
+}
+
+// writeError maps an error to a status. Errors the service knows have their
+// own; for any other, the dependencies are pinged so that an outage answers
+// 503 naming the server, and everything else is a 500.
+func (a *api) writeError(ctx context.Context, w http.ResponseWriter, err error) {
+	var soldOut *store.SoldOutError
+	switch {
+	case errors.As(err, &soldOut):
+		writeJSON(w, http.StatusConflict, errorResponse{Error: "sold out", Available: &soldOut.Available})
+		return
+	case errors.Is(err, store.ErrUnknownSKU):
+		writeJSON(w, http.StatusNotFound, errorResponse{Error: err.Error()})
+		return
+	case errors.Is(err, store.ErrInvalidOrder), errors.Is(err, guard.ErrInvalidKey):
+		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
+		return
+	case errors.Is(err, guard.ErrFenced), errors.Is(err, guard.ErrLockLost), errors.Is(err, guard.ErrNotCommitted):
+		// Nothing was written; the client may try again.
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "order not placed, try again: " + err.Error()})
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if derr := a.deps(pctx); derr != nil {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "a dependency is down: " + dependencyDown(derr)})
+		return
+	}
+	if errors.Is(err, guard.ErrOutcomeUnknown) {
+		writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "outcome unknown: check the order before retrying"})
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "timed out waiting for the SKU's lock"})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
+}
+
+// dependencyDown turns a ping failure into one line naming the servers.
+func dependencyDown(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// depError names the dependency whose ping failed.
+type depError struct {
+	which string
+	err   error
+}
+
+func (e *depError) Error() string { return e.which + " unavailable: " + e.err.Error() }
+func (e *depError) Unwrap() error { return e.err }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
