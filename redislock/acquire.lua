@@ -1,0 +1,83 @@
+-- acquire.lua: KEYS[1..5] lock, token, q, w, ch (see lib.lua)
+--   ARGV[1] acquisition id, ARGV[2] owner, ARGV[3] lease ms, ARGV[4] token TTL ms,
+--   ARGV[5] waiter timeout ms, ARGV[6] hand-off lease ms, ARGV[7] "1" = try only,
+--   ARGV[8] publish command (PUBLISH or SPUBLISH)
+-- => {1, token, lease ms left}          granted (new, reentrant, or handed over earlier)
+--    {0, "", ms, head[, seq]}           not granted; ms = holder's lease left (-1 unknown),
+--                                       head = 1 when this waiter is first in the queue,
+--                                       seq = its queue sequence (absent for TryLock)
+-- A waiter calls it again on every re-check: that call is also its heartbeat.
+local lock, token_key, q, w, ch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id, owner = ARGV[1], ARGV[2]
+local lease, token_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local try, pubcmd = ARGV[7] == '1', ARGV[8]
+
+-- heartbeat refreshes the caller's queue entry, if it has one, before anything
+-- prunes the queue: a waiter that is calling is alive and keeps its place.
+local function heartbeat(nowms)
+  local seq = redis.call('ZSCORE', q, id)
+  if seq then
+    redis.call('HSET', w, id, (nowms + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner)
+  end
+  return seq
+end
+
+local function enqueue(nowus)
+  local nowms = math.floor(nowus / 1000)
+  local seq = heartbeat(nowms)
+  live_head(q, w, nowms)
+  if not seq then
+    seq = nowus
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) >= seq then seq = tonumber(last[2]) + 1 end
+    redis.call('ZADD', q, seq, id)
+    redis.call('HSET', w, id, (nowms + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner)
+  end
+  local head = redis.call('ZRANGE', q, 0, 0)[1] == id and 1 or 0
+  return {0, '', redis.call('PTTL', lock), head, tonumber(seq)}
+end
+
+-- reenter adds an acquisition for the owner already holding the lock.
+local function reenter(tok, ids)
+  local v = tok .. '|' .. ids .. ' ' .. id .. '|' .. owner
+  local pttl = redis.call('PTTL', lock)
+  if pttl < lease then
+    redis.call('SET', lock, v, 'PX', lease)
+    pttl = lease
+  else
+    redis.call('SET', lock, v, 'KEEPTTL')
+  end
+  unqueue(q, w, id)
+  return {1, tok, pttl}
+end
+
+local state = redis.call('MGET', lock, token_key)
+local tok, ids, holder = parse_lock(state[1])
+if tok then
+  if has_id(ids, id) then -- handed over to this waiter already
+    unqueue(q, w, id)
+    return {1, tok, redis.call('PTTL', lock)}
+  end
+  if holder == owner then return reenter(tok, ids) end
+  if try then return {0, '', redis.call('PTTL', lock), 0} end
+  return enqueue(now_us())
+end
+
+local nowus = now_us()
+if redis.call('EXISTS', q) == 0 then
+  return {1, grant(lock, token_key, id, owner, lease, token_ttl, nowus, state[2]), lease}
+end
+if not try then heartbeat(math.floor(nowus / 1000)) end
+local head = live_head(q, w, math.floor(nowus / 1000))
+if head == nil or head == id then
+  local tok = grant(lock, token_key, id, owner, lease, token_ttl, nowus)
+  unqueue(q, w, id)
+  return {1, tok, lease}
+end
+-- The lock is free but someone else is first: its holder ended without
+-- unlocking. Pass it to the head now rather than waiting for the head's re-check.
+hand_off(lock, token_key, q, w, ch, pubcmd, token_ttl, nowus)
+if try then return {0, '', redis.call('PTTL', lock), 0} end
+tok, ids, holder = parse_lock(redis.call('GET', lock))
+if holder == owner then return reenter(tok, ids) end
+return enqueue(nowus)

@@ -1,0 +1,30 @@
+package redislock
+
+import "errors"
+
+var (
+	// ErrNotAcquired is returned by TryLock when the lock is held or others
+	// wait for it, and wrapped by every failed Lock: joined with ctx.Err() when
+	// the context ended, with ErrClosed when the Locker closed, with the Redis
+	// error on a transport failure, with ErrNotReplicated when too few replicas
+	// acknowledged the grant.
+	ErrNotAcquired = errors.New("redislock: not acquired")
+	// ErrNotHeld is returned by Unlock when the lock was no longer held by this
+	// acquisition (its lease ended), and by Err after a successful Unlock.
+	ErrNotHeld = errors.New("redislock: not held")
+	// ErrLost is returned by Lock.Err once renewal found the lock gone or could
+	// not reach Redis before the lease ended.
+	ErrLost = errors.New("redislock: lock lost")
+	// ErrClosed is returned by the methods of a closed Locker.
+	ErrClosed = errors.New("redislock: locker closed")
+	// ErrInvalidKey is wrapped by errors for keys that are empty, longer than
+	// MaxKeyLen bytes or not valid UTF-8.
+	ErrInvalidKey = errors.New("redislock: invalid key")
+	// ErrInvalidOptions is wrapped by every error of a Locker built from
+	// invalid Options or a nil client, and by errors for invalid LockOptions.
+	ErrInvalidOptions = errors.New("redislock: invalid options")
+	// ErrNotReplicated is joined with ErrNotAcquired when fewer than
+	// Options.MinReplicas replicas acknowledged a grant within
+	// Options.ReplicaTimeout. The grant has been undone.
+	ErrNotReplicated = errors.New("redislock: grant not acknowledged by enough replicas")
+)

@@ -1,0 +1,90 @@
+package redislock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxKeyLen is the longest key accepted, in bytes. Keys also name the fence
+// row that protects the resource in the database, whose column holds 191
+// bytes.
+const MaxKeyLen = 191
+
+// ValidateKey reports whether key is acceptable to [Locker.Lock]: 1 to
+// [MaxKeyLen] bytes of valid UTF-8. The error wraps [ErrInvalidKey].
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+	}
+	return nil
+}
+
+// lockKeys are the Redis names of one lock, all in one hash slot.
+type lockKeys struct {
+	lock, token, q, w, ch string
+}
+
+func (k lockKeys) all() []string { return []string{k.lock, k.token, k.q, k.w, k.ch} }
+
+// base returns the common start of the Redis names of key: the key itself
+// as hash tag, "<prefix>:{<key>}:". A key containing a brace would end the tag
+// early (a key starting with '}' would even give an empty tag and scatter the
+// names over slots), so such keys are digested instead, "<prefix>:#{<hex>}:",
+// where the '#' keeps them apart from any plain key.
+func base(prefix, key string) string {
+	if !strings.ContainsAny(key, "{}") {
+		return prefix + ":{" + key + "}:"
+	}
+	sum := sha256.Sum256([]byte(key))
+	return prefix + ":#{" + hex.EncodeToString(sum[:16]) + "}:"
+}
+
+func keysFor(prefix, key string) lockKeys {
+	b := base(prefix, key)
+	return lockKeys{lock: b + "lock", token: b + "token", q: b + "q", w: b + "w", ch: b + "ch"}
+}
+
+func validatePrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return errors.New("Prefix must not contain '{' or '}'")
+	}
+	if !utf8.ValidString(p) {
+		return errors.New("Prefix must be valid UTF-8")
+	}
+	return nil
+}
+
+// hashSlot is the Redis Cluster slot of a name: CRC16 (XMODEM) of its hash tag
+// modulo 16384.
+func hashSlot(name string) int {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			name = name[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(name) % 16384)
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

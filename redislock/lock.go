@@ -1,0 +1,108 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+type lockState int
+
+const (
+	stateHeld lockState = iota
+	stateReleased
+	stateLost
+	stateClosed
+)
+
+// Lock is one acquisition of a lock. Its methods are safe for concurrent use.
+type Lock struct {
+	l     *Locker
+	key   string
+	k     lockKeys
+	id    string
+	owner string
+	token uint64
+	done  chan struct{}
+
+	mu       sync.Mutex
+	state    lockState
+	err      error
+	unlocked bool // an Unlock call succeeded
+
+	// Guarded by the renewer's mutex.
+	deadline time.Time // lease end as known here (lower bound of Redis's)
+	renewAt  time.Time
+	lastErr  error
+}
+
+// Key returns the name the lock was acquired with.
+func (lk *Lock) Key() string { return lk.key }
+
+// Token returns the fencing token: greater than the token of every earlier
+// holder of the key, and the same for reentrant acquisitions by one owner.
+// Pass it to the resource the lock protects so that it can reject the writes
+// of holders that have lost the lock without noticing.
+func (lk *Lock) Token() uint64 { return lk.token }
+
+// Owner returns the owner identity of the acquisition: the one given with
+// WithOwner, or a unique generated one.
+func (lk *Lock) Owner() string { return lk.owner }
+
+// Done returns a channel closed when the lock is released by Unlock or Close,
+// or lost (Err then reports ErrLost).
+func (lk *Lock) Done() <-chan struct{} { return lk.done }
+
+// Err returns nil while the lock is held; after Done is closed: ErrNotHeld
+// after Unlock, an error wrapping ErrLost after a loss, and an error wrapping
+// both ErrLost and ErrClosed after the Locker closed.
+func (lk *Lock) Err() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.err
+}
+
+// end moves a held lock to its final state and closes Done; it reports
+// whether it did (false when the lock had already ended).
+func (lk *Lock) end(s lockState, err error) bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.state != stateHeld {
+		return false
+	}
+	lk.state, lk.err = s, err
+	close(lk.done)
+	return true
+}
+
+// Unlock releases this acquisition; when it was the owner's last one, the lock
+// passes directly to the first waiter. Renewal stops before the request is
+// sent. It returns ErrNotHeld when the lock had already been lost. Unlock may
+// be retried after an error: a retry of a release that did apply returns nil.
+// After the Locker closed it returns ErrClosed.
+func (lk *Lock) Unlock(ctx context.Context) error {
+	lk.mu.Lock()
+	unlocked, state := lk.unlocked, lk.state
+	lk.mu.Unlock()
+	if unlocked {
+		return nil
+	}
+	if state == stateClosed {
+		return ErrClosed
+	}
+	l := lk.l
+	l.renew.remove(lk)
+	lk.end(stateReleased, ErrNotHeld)
+	n, err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.ms(l.opt.TokenTTL), l.pubcmd).Int64()
+	if err != nil {
+		return fmt.Errorf("redislock: unlock %q: %w", lk.key, err)
+	}
+	if n != 1 {
+		return ErrNotHeld
+	}
+	lk.mu.Lock()
+	lk.unlocked = true
+	lk.mu.Unlock()
+	return nil
+}

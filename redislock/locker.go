@@ -1,0 +1,228 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker acquires locks on one Redis deployment. It is safe for concurrent
+// use; create one per process and share it. Its background work (renewal, the
+// shared subscription) starts on first use and stops at Close.
+type Locker struct {
+	rdb     redis.UniversalClient
+	opt     Options
+	err     error // set when New got invalid options; returned by every method
+	cluster bool
+	pubcmd  string
+	idBase  string
+	seq     atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	calls   sync.WaitGroup // Lock, TryLock and RaiseTokenFloor in flight
+	subs    map[int]*subscriber
+	renew   *renewer
+}
+
+// New returns a Locker using rdb, a *redis.Client, *redis.ClusterClient or
+// failover client. opt may be nil for all defaults. When opt is invalid or rdb
+// is nil, New still returns a Locker, whose every method returns an error
+// wrapping ErrInvalidOptions that names the problem.
+func New(rdb redis.UniversalClient, opt *Options) *Locker {
+	l := &Locker{rdb: rdb, closing: make(chan struct{}), subs: map[int]*subscriber{}, pubcmd: "PUBLISH"}
+	l.opt, l.err = opt.withDefaults()
+	if l.err == nil && rdb == nil {
+		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
+	}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		l.cluster, l.pubcmd = true, "SPUBLISH"
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	l.idBase = hex.EncodeToString(b[:])
+	l.renew = newRenewer(l)
+	return l
+}
+
+// newID returns an id unique across Lockers: it names one acquisition (and
+// its queue entry), and is the default owner.
+func (l *Locker) newID() string {
+	return l.idBase + "." + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+// enter registers a call in flight, or reports that the Locker is closed.
+func (l *Locker) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.calls.Add(1)
+	return true
+}
+
+func (l *Locker) keys(key string) lockKeys { return keysFor(l.opt.Prefix, key) }
+
+func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
+
+// Lock acquires the lock named key, waiting in FIFO order behind earlier
+// callers for as long as ctx allows. The returned Lock must be released with
+// Unlock.
+//
+// ctx bounds the wait only; the lock lives until Unlock or until it is lost
+// (see Lock.Done). When ctx ends first, the error satisfies both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()), and the
+// caller's place in the queue is given up (a grant that arrived at the same
+// moment is passed on to the next waiter). Other errors: ErrInvalidKey,
+// ErrInvalidOptions, ErrClosed (joined with ErrNotAcquired) and Redis errors
+// (joined with ErrNotAcquired).
+func (l *Locker) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return l.lock(ctx, key, false, opts)
+}
+
+// TryLock acquires the lock named key only if it is free and nobody waits for
+// it (or it is held by the same owner, see WithOwner); otherwise it returns
+// ErrNotAcquired at once without queueing. ctx bounds the round trip.
+func (l *Locker) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return l.lock(ctx, key, true, opts)
+}
+
+func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOption) (*Lock, error) {
+	if l.err != nil {
+		return nil, l.err
+	}
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	var cfg lockConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.ownerSet && cfg.owner == "" {
+		return nil, fmt.Errorf("%w: empty owner", ErrInvalidOptions)
+	}
+	if !l.enter() {
+		return nil, errors.Join(ErrNotAcquired, ErrClosed)
+	}
+	defer l.calls.Done()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotAcquired, err)
+	}
+	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner}
+	if !cfg.ownerSet {
+		a.owner = a.id
+	}
+	if try {
+		return a.try(ctx)
+	}
+	return a.wait(ctx)
+}
+
+// RaiseTokenFloor makes every later token of key greater than floor: the
+// stored token becomes max(stored, floor). Use it when the protected resource
+// reports a token higher than Redis minted, which happens when a failover
+// brought a server whose clock is behind the old one. The floor is kept for
+// Options.TokenTTL.
+func (l *Locker) RaiseTokenFloor(ctx context.Context, key string, floor uint64) error {
+	if l.err != nil {
+		return l.err
+	}
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if !l.enter() {
+		return ErrClosed
+	}
+	defer l.calls.Done()
+	k := l.keys(key)
+	err := scriptFloor.Run(ctx, l.rdb, []string{k.token}, strconv.FormatUint(floor, 10), l.ms(l.opt.TokenTTL)).Err()
+	if err != nil {
+		return fmt.Errorf("redislock: raise token floor of %q: %w", key, err)
+	}
+	return nil
+}
+
+// Close stops the Locker. Waiting Lock calls return ErrClosed (joined with
+// ErrNotAcquired) after leaving their queues; locks still held are released
+// (their Done channels close and Err reports ErrLost joined with ErrClosed);
+// later calls return ErrClosed. Close waits for all of that, bounded by
+// WaiterTimeout for the releases, and returns the first release error.
+func (l *Locker) Close() error {
+	if l.err != nil {
+		return l.err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.closing)
+	l.mu.Unlock()
+
+	l.calls.Wait()
+	held := l.renew.stop()
+	err := l.releaseAll(held)
+	l.mu.Lock()
+	subs := l.subs
+	l.subs = map[int]*subscriber{}
+	l.mu.Unlock()
+	for _, s := range subs {
+		s.close()
+	}
+	return err
+}
+
+func (l *Locker) releaseAll(held []*Lock) error {
+	if len(held) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
+	defer cancel()
+	var first error
+	for _, lk := range held {
+		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.ms(l.opt.TokenTTL), l.pubcmd).Err()
+		if err != nil && first == nil {
+			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
+		}
+		lk.end(stateClosed, fmt.Errorf("%w: %w", ErrLost, ErrClosed))
+	}
+	return first
+}
+
+// subscriberFor returns the subscriber for the slot of k, creating it.
+func (l *Locker) subscriberFor(k lockKeys) *subscriber {
+	slot := 0
+	if l.cluster {
+		slot = hashSlot(k.ch)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.subs[slot]
+	if s == nil {
+		s = newSubscriber(l)
+		l.subs[slot] = s
+	}
+	return s
+}
+
+// scripter returns the client a pipeline with WAIT must use: WAIT has no key,
+// so on a cluster the pipeline must go to the node that owns the lock.
+func (l *Locker) scripter(ctx context.Context, k lockKeys) (redis.Cmdable, error) {
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, k.lock)
+	}
+	return l.rdb, nil
+}

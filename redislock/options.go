@@ -1,0 +1,167 @@
+package redislock
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Options configure a [Locker]. The zero value of every field selects its
+// default; negative durations and counts are invalid.
+type Options struct {
+	// Prefix starts the name of every Redis key and channel the Locker uses.
+	// It must not contain '{' or '}'.
+	// default: "redfence"
+	Prefix string
+
+	// LeaseTTL is how long a lock survives its holder's silence. Held locks
+	// are renewed every LeaseTTL/3; a holder that cannot renew before the
+	// lease ends is told by Lock.Done. At least 30ms.
+	// default: 30s
+	LeaseTTL time.Duration
+
+	// WaiterTimeout is how long a queued waiter's entry lives without a
+	// heartbeat; a crashed waiter stops blocking the queue after it. It is
+	// also the lease of a lock handed to a waiter until that waiter's Locker
+	// renews it, so that a waiter which died just before its turn delays the
+	// others by at most about WaiterTimeout. Capped at LeaseTTL.
+	// default: 5s
+	WaiterTimeout time.Duration
+
+	// RecheckInterval bounds every wait: a waiter re-checks the lock (which
+	// also refreshes its heartbeat) at least this often, and the first waiter
+	// re-checks as soon as the holder's lease ends. At most WaiterTimeout/2.
+	// default: WaiterTimeout/3
+	RecheckInterval time.Duration
+
+	// TokenTTL is how long the stored token of an unused lock name is kept.
+	// Letting it expire is safe: new tokens are never below the server time in
+	// µs. It only matters for floors raised with RaiseTokenFloor above that
+	// time. At least LeaseTTL.
+	// default: 720h (30 days)
+	TokenTTL time.Duration
+
+	// MinReplicas is the number of replicas that must acknowledge a grant
+	// (Redis WAIT) before Lock returns; with fewer, the grant is undone and
+	// Lock fails with ErrNotReplicated. It costs one more round trip per
+	// acquisition (a renewal and WAIT, pipelined on one connection), and
+	// narrows, without closing, the window in which a failover loses a grant:
+	// the fencing token is what keeps such a loss safe.
+	// default: 0 (no acknowledgement required)
+	MinReplicas int
+
+	// ReplicaTimeout bounds the WAIT for replica acknowledgements. Keep it
+	// below the client's ReadTimeout, which bounds every reply.
+	// default: 1s
+	ReplicaTimeout time.Duration
+
+	// Logger receives warnings about failed background work (renewal, queue
+	// clean-up). The same failures reach the caller through Lock.Err or
+	// OnLost.
+	// default: a logger that discards everything
+	Logger *slog.Logger
+
+	// OnLost, when set, is called from the renewal goroutine when a held lock
+	// is lost, with the error Lock.Err will return. It must not block.
+	// default: nil
+	OnLost func(key string, token uint64, err error)
+}
+
+const (
+	defaultPrefix         = "redfence"
+	defaultLeaseTTL       = 30 * time.Second
+	defaultWaiterTimeout  = 5 * time.Second
+	defaultTokenTTL       = 30 * 24 * time.Hour
+	defaultReplicaTimeout = time.Second
+	minLeaseTTL           = 30 * time.Millisecond
+)
+
+// withDefaults returns a copy of o with every default applied, or an error
+// naming the first invalid field.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	bad := func(format string, args ...any) (Options, error) {
+		return Options{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+	}
+	if c.Prefix == "" {
+		c.Prefix = defaultPrefix
+	}
+	if err := validatePrefix(c.Prefix); err != nil {
+		return bad("%v", err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"LeaseTTL", c.LeaseTTL}, {"WaiterTimeout", c.WaiterTimeout}, {"RecheckInterval", c.RecheckInterval},
+		{"TokenTTL", c.TokenTTL}, {"ReplicaTimeout", c.ReplicaTimeout}} {
+		if d.v < 0 {
+			return bad("%s is negative (%v)", d.name, d.v)
+		}
+	}
+	if c.MinReplicas < 0 {
+		return bad("MinReplicas is negative (%d)", c.MinReplicas)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = defaultLeaseTTL
+	}
+	if c.LeaseTTL < minLeaseTTL {
+		return bad("LeaseTTL %v is shorter than %v", c.LeaseTTL, minLeaseTTL)
+	}
+	if c.WaiterTimeout == 0 {
+		c.WaiterTimeout = min(defaultWaiterTimeout, c.LeaseTTL)
+	}
+	if c.WaiterTimeout > c.LeaseTTL {
+		c.WaiterTimeout = c.LeaseTTL
+	}
+	if c.RecheckInterval == 0 {
+		c.RecheckInterval = c.WaiterTimeout / 3
+	}
+	if c.RecheckInterval > c.WaiterTimeout/2 {
+		return bad("RecheckInterval %v is more than WaiterTimeout/2 (%v): live waiters would be dropped",
+			c.RecheckInterval, c.WaiterTimeout/2)
+	}
+	if c.RecheckInterval < time.Millisecond {
+		return bad("RecheckInterval %v is shorter than 1ms", c.RecheckInterval)
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = defaultTokenTTL
+	}
+	if c.TokenTTL < c.LeaseTTL {
+		return bad("TokenTTL %v is shorter than LeaseTTL %v", c.TokenTTL, c.LeaseTTL)
+	}
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = defaultReplicaTimeout
+	}
+	if c.ReplicaTimeout < time.Millisecond {
+		return bad("ReplicaTimeout %v is shorter than 1ms", c.ReplicaTimeout)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+// LockOption changes one acquisition made by Lock or TryLock.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	owner    string
+	ownerSet bool
+}
+
+// WithOwner makes the acquisition belong to owner. Acquisitions with the same
+// owner are reentrant: while the owner holds the key, Lock and TryLock succeed
+// at once with the same token, and the key stays held until every one of them
+// is unlocked. Owners are compared as strings across all processes, so they
+// must be unique per logical holder (a request id, a job id), never shared by
+// unrelated callers. An empty owner is invalid (ErrInvalidOptions).
+//
+// Without WithOwner every acquisition gets a fresh unique owner and is never
+// reentrant.
+func WithOwner(owner string) LockOption {
+	return func(c *lockConfig) { c.owner, c.ownerSet = owner, true }
+}

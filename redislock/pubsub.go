@@ -1,0 +1,240 @@
+package redislock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscriber multiplexes the grant messages of every lock a Locker waits for
+// (in one hash slot, for a cluster) over one pub/sub connection, and routes
+// each message to its waiter by id. Channels are subscribed while someone
+// waits on them and dropped after lingering idle for a while, so that
+// back-to-back waits on a hot lock do not resubscribe every time.
+type subscriber struct {
+	l *Locker
+
+	io sync.Mutex // orders SUBSCRIBE/UNSUBSCRIBE writes; guards ps creation
+	ps *redis.PubSub
+
+	mu      sync.Mutex
+	chans   map[string]*chanState
+	waiters map[string]*waiter
+	closed  bool
+	done    chan struct{} // closed when the dispatch goroutine ends (if started)
+	started bool
+}
+
+type chanState struct {
+	refs        int
+	subscribing bool
+	confirmed   chan struct{} // closed when Redis confirmed the subscription
+	isConfirmed bool
+	idleSince   time.Time
+}
+
+type waiter struct {
+	id, ch     string
+	grant      chan uint64
+	subscribed bool // the channel was confirmed when the waiter registered
+}
+
+func newSubscriber(l *Locker) *subscriber {
+	return &subscriber{l: l, chans: map[string]*chanState{}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+}
+
+// register makes messages for waiter id on ch reach the returned waiter.
+func (s *subscriber) register(id, ch string) *waiter {
+	w := &waiter{id: id, ch: ch, grant: make(chan uint64, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.chans[ch]
+	if cs == nil {
+		cs = &chanState{confirmed: make(chan struct{})}
+		s.chans[ch] = cs
+	}
+	cs.refs++
+	w.subscribed = cs.isConfirmed
+	s.waiters[id] = w
+	return w
+}
+
+func (s *subscriber) unregister(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiters, w.id)
+	if cs := s.chans[w.ch]; cs != nil {
+		cs.refs--
+		switch {
+		case cs.refs > 0:
+		case !cs.isConfirmed && !cs.subscribing:
+			delete(s.chans, w.ch) // never subscribed: an uncontended lock
+		default:
+			cs.idleSince = time.Now()
+		}
+	}
+}
+
+// subscribe makes sure w's channel is subscribed and waits, at most maxWait,
+// for Redis to confirm it. Failures only cost latency: waiters re-check on a
+// timer anyway.
+func (s *subscriber) subscribe(ctx context.Context, w *waiter, maxWait time.Duration) {
+	s.mu.Lock()
+	cs := s.chans[w.ch]
+	need := !cs.isConfirmed && !cs.subscribing && !s.closed
+	if need {
+		cs.subscribing = true
+	}
+	confirmed := cs.confirmed
+	s.mu.Unlock()
+	if need {
+		if err := s.send(ctx, w.ch); err != nil {
+			s.l.opt.Logger.Warn("redislock: subscribe failed; waiting on timers", "channel", w.ch, "err", err)
+			s.mu.Lock()
+			cs.subscribing = false
+			s.mu.Unlock()
+			return
+		}
+	}
+	t := time.NewTimer(maxWait)
+	defer t.Stop()
+	select {
+	case <-confirmed:
+	case <-ctx.Done():
+	case <-s.l.closing:
+	case <-t.C:
+	}
+}
+
+// send writes SUBSCRIBE (SSUBSCRIBE on a cluster) for ch, creating the
+// connection and the dispatch goroutine on first use.
+func (s *subscriber) send(ctx context.Context, ch string) error {
+	s.io.Lock()
+	defer s.io.Unlock()
+	if s.ps == nil {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return ErrClosed
+		}
+		s.started = true
+		s.mu.Unlock()
+		if s.l.cluster {
+			s.ps = s.l.rdb.SSubscribe(ctx, ch)
+		} else {
+			s.ps = s.l.rdb.Subscribe(ctx, ch)
+		}
+		msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
+		go s.dispatch(msgs)
+		return nil
+	}
+	if s.l.cluster {
+		return s.ps.SSubscribe(ctx, ch)
+	}
+	return s.ps.Subscribe(ctx, ch)
+}
+
+func (s *subscriber) dispatch(msgs <-chan any) {
+	defer close(s.done)
+	linger := max(s.l.opt.WaiterTimeout, time.Second)
+	sweep := time.NewTicker(linger)
+	defer sweep.Stop()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					s.confirm(m.Channel)
+				}
+			case *redis.Message:
+				s.deliver(m.Payload)
+			}
+		case <-sweep.C:
+			s.sweep(linger)
+		}
+	}
+}
+
+func (s *subscriber) confirm(ch string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cs := s.chans[ch]; cs != nil && !cs.isConfirmed {
+		cs.isConfirmed, cs.subscribing = true, false
+		close(cs.confirmed)
+	}
+}
+
+// deliver routes "<waiter id> <token>" to the waiter, if it still waits.
+func (s *subscriber) deliver(payload string) {
+	id, tok, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		s.l.opt.Logger.Warn("redislock: bad grant message", "payload", payload)
+		return
+	}
+	s.mu.Lock()
+	w := s.waiters[id]
+	s.mu.Unlock()
+	if w != nil {
+		select {
+		case w.grant <- token:
+		default:
+		}
+	}
+}
+
+// sweep unsubscribes channels nobody has waited on for linger.
+func (s *subscriber) sweep(linger time.Duration) {
+	s.io.Lock()
+	defer s.io.Unlock()
+	var idle []string
+	s.mu.Lock()
+	for ch, cs := range s.chans {
+		if cs.refs == 0 && cs.isConfirmed && time.Since(cs.idleSince) >= linger {
+			idle = append(idle, ch)
+			delete(s.chans, ch)
+		}
+	}
+	s.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), linger)
+	defer cancel()
+	var err error
+	if s.l.cluster {
+		err = s.ps.SUnsubscribe(ctx, idle...)
+	} else {
+		err = s.ps.Unsubscribe(ctx, idle...)
+	}
+	if err != nil {
+		s.l.opt.Logger.Warn("redislock: unsubscribe failed", "err", err)
+	}
+}
+
+// close ends the subscription and waits for the dispatch goroutine.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.io.Lock()
+	ps, started := s.ps, s.started
+	s.io.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	if started {
+		<-s.done
+	}
+}
