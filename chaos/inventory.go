@@ -1,0 +1,122 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/redfence/redfence/guard"
+	"github.com/redfence/redfence/migrations"
+	"github.com/redfence/redfence/redislock"
+)
+
+// ErrSoldOut is returned by [BuyFn] when fewer units are in stock than asked
+// for; the transaction is rolled back.
+var ErrSoldOut = errors.New("chaos: sold out")
+
+// The inventory schema. orders.seq is the item's write sequence number taken
+// inside the guarded transaction: the fence serialises holders, so seq order
+// is commit order, and every write sets stock and seq from the values read
+// (no relative UPDATE that InnoDB would serialise on its own), so a failure
+// of the fence shows up as a duplicate seq, a lost update or an oversell
+// rather than being hidden by the database.
+const (
+	createItems = `CREATE TABLE IF NOT EXISTS items (
+	id VARCHAR(64) NOT NULL PRIMARY KEY,
+	stock INT NOT NULL,
+	seq BIGINT NOT NULL DEFAULT 0
+) ENGINE=InnoDB`
+	createOrders = `CREATE TABLE IF NOT EXISTS orders (
+	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+	op_id VARCHAR(64) NOT NULL,
+	item VARCHAR(64) NOT NULL,
+	qty INT NOT NULL,
+	token BIGINT UNSIGNED NOT NULL,
+	seq BIGINT NOT NULL,
+	stock_after INT NOT NULL,
+	KEY (op_id)
+) ENGINE=InnoDB`
+	insertItem  = `INSERT INTO items (id, stock, seq) VALUES (?, ?, 0)`
+	selectItem  = `SELECT stock, seq FROM items WHERE id = ?`
+	updateItem  = `UPDATE items SET stock = ?, seq = ? WHERE id = ?`
+	insertOrder = `INSERT INTO orders (op_id, item, qty, token, seq, stock_after) VALUES (?, ?, ?, ?, ?, ?)`
+	selectStock = `SELECT stock FROM items WHERE id = ?`
+)
+
+// Setup applies redfence's migrations and the inventory schema to db and
+// stocks item with stock units.
+func Setup(ctx context.Context, db *sqlx.DB, item string, stock int) error {
+	if err := migrations.Apply(ctx, db.DB); err != nil {
+		return fmt.Errorf("chaos: migrations: %w", err)
+	}
+	for _, q := range []string{createItems, createOrders} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("chaos: schema: %w", err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, insertItem, item, stock); err != nil {
+		return fmt.Errorf("chaos: stock %s: %w", item, err)
+	}
+	return nil
+}
+
+// BuyFn returns the critical section of a buy of qty units of item recorded
+// under opID. pause, when not nil, runs after the stock was read and before
+// anything is written: the scenarios stop, delay or kill the holder there.
+func BuyFn(item, opID string, qty int, pause func(ctx context.Context, tx *guard.Tx) error) func(ctx context.Context, tx *guard.Tx) error {
+	return func(ctx context.Context, tx *guard.Tx) error {
+		var stock int
+		var seq int64
+		if err := tx.QueryRowxContext(ctx, selectItem, item).Scan(&stock, &seq); err != nil {
+			return fmt.Errorf("chaos: read stock: %w", err)
+		}
+		if stock < qty {
+			return ErrSoldOut
+		}
+		if pause != nil {
+			if err := pause(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, updateItem, stock-qty, seq+1, item); err != nil {
+			return fmt.Errorf("chaos: update stock: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, insertOrder, opID, item, qty, tx.Token(), seq+1, stock-qty); err != nil {
+			return fmt.Errorf("chaos: insert order: %w", err)
+		}
+		return nil
+	}
+}
+
+// ReadStock reads the committed stock of item outside any lock.
+func ReadStock(ctx context.Context, db *sqlx.DB, item string) (int, error) {
+	var stock int
+	err := db.QueryRowxContext(ctx, selectStock, item).Scan(&stock)
+	return stock, err
+}
+
+// Classify maps what guard.Do returned for a buy to an outcome. Errors that
+// guard documents as "nothing was written" (not committed, lock lost before
+// commit, not acquired) are taken at their word, so the checks hold the
+// library to them; everything else (timeouts, transport errors, an unknown
+// commit outcome) is Unknown and the database checks settle what happened.
+func Classify(err error) Outcome {
+	switch {
+	case err == nil:
+		return Accepted
+	case errors.Is(err, ErrSoldOut):
+		return SoldOut
+	case errors.Is(err, guard.ErrFenced):
+		return Fenced
+	case errors.Is(err, guard.ErrNotCommitted),
+		errors.Is(err, guard.ErrLockLost),
+		errors.Is(err, redislock.ErrNotAcquired),
+		errors.Is(err, guard.ErrInvalidGuard),
+		errors.Is(err, guard.ErrNilFunc):
+		return Failed
+	default:
+		return Unknown
+	}
+}
