@@ -49,9 +49,21 @@ func Files() fs.FS { return files }
 //
 // A schema left dirty by an interrupted migration gives an error matching
 // [ErrDirty]; a DSN without a database gives [ErrNoDatabase].
-func Apply(ctx context.Context, db *sql.DB) (err error) {
+func Apply(ctx context.Context, db *sql.DB) error {
+	return ApplyFS(ctx, db, files, MigrationsTable)
+}
+
+// ApplyFS is [Apply] for an application's own schema: it applies the
+// golang-migrate files (NNNN_title.up.sql / .down.sql) at the root of fsys,
+// recording their version in table, so that the application's history and
+// redfence's ([MigrationsTable]) never mix. Use [fs.Sub] for files kept in a
+// directory of an embed.FS. Everything said of Apply holds here too.
+func ApplyFS(ctx context.Context, db *sql.DB, fsys fs.FS, table string) (err error) {
 	if db == nil {
 		return errors.New("migrations: nil *sql.DB")
+	}
+	if fsys == nil || table == "" {
+		return errors.New("migrations: nil file system or empty migrations table name")
 	}
 	// The driver gets a connection of its own: closing it (below) must not
 	// close the caller's pool, which closing a driver made with WithInstance
@@ -60,18 +72,18 @@ func Apply(ctx context.Context, db *sql.DB) (err error) {
 	if err != nil {
 		return fmt.Errorf("migrations: connect: %w", err)
 	}
-	drv, err := migratemysql.WithConnection(ctx, conn, &migratemysql.Config{MigrationsTable: MigrationsTable})
+	drv, err := migratemysql.WithConnection(ctx, conn, &migratemysql.Config{MigrationsTable: table})
 	if err != nil {
 		_ = conn.Close()
 		if errors.Is(err, migratemysql.ErrNoDatabaseName) {
 			return ErrNoDatabase
 		}
-		return fmt.Errorf("migrations: prepare %s: %w", MigrationsTable, err)
+		return fmt.Errorf("migrations: prepare %s: %w", table, err)
 	}
-	src, err := iofs.New(files, ".")
+	src, err := iofs.New(fsys, ".")
 	if err != nil {
 		_ = drv.Close()
-		return fmt.Errorf("migrations: read embedded files: %w", err)
+		return fmt.Errorf("migrations: read migration files: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
 	if err != nil {
@@ -110,7 +122,7 @@ func Apply(ctx context.Context, db *sql.DB) (err error) {
 	case errors.As(err, &dirty):
 		return fmt.Errorf("%w at version %d: a migration failed part-way; repair the schema by hand, "+
 			"then record the version it is at with the migrate tool's force command "+
-			"(x-migrations-table=%s)", ErrDirty, dirty.Version, MigrationsTable)
+			"(x-migrations-table=%s)", ErrDirty, dirty.Version, table)
 	default:
 		if ctx.Err() != nil {
 			return errors.Join(fmt.Errorf("migrations: %w", err), ctx.Err())
