@@ -17,7 +17,13 @@ type attempt struct {
 	k     lockKeys
 	id    string // acquisition id; also the queue entry's id
 	owner string
+	// leaving is set once the queue clean-up (leave) has been handed to the
+	// background.
+	leaving bool
 }
+
+// The try flag of acquire.lua, boxed once.
+var argWait, argTry any = "0", "1"
 
 type acquireResult struct {
 	granted bool
@@ -30,13 +36,21 @@ type acquireResult struct {
 // when Redis ran it.
 func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent time.Time, err error) {
 	l := a.l
-	tryArg := "0"
+	tryArg := argWait
 	if try {
-		tryArg = "1"
+		tryArg = argTry
 	}
 	sent = time.Now()
-	res, err := scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, l.ms(l.opt.LeaseTTL),
-		l.ms(l.opt.TokenTTL), l.ms(l.opt.WaiterTimeout), l.ms(l.opt.WaiterTimeout), tryArg, l.pubcmd).Slice()
+	var res []any
+	gaveUp, err := l.do(ctx, func() error {
+		var err error
+		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, l.args.lease,
+			l.args.tokenTTL, l.args.waiter, l.args.waiter, tryArg, l.args.pubcmd).Slice()
+		return err
+	}, a.leave)
+	if gaveUp {
+		a.leaving = true // a.leave runs once the request has finished
+	}
 	if err != nil {
 		return r, sent, err
 	}
@@ -62,17 +76,24 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 	return r, sent, nil
 }
 
+// handedOver tells whether a grant reported by acquire.lua still carries
+// the hand-off lease: the lock was handed to this waiter before the call, and
+// its lease is shorter than a fresh grant's.
+func (a *attempt) handedOver(r acquireResult) bool {
+	return r.pttl >= 0 && r.pttl < a.l.opt.LeaseTTL
+}
+
 func (a *attempt) try(ctx context.Context) (*Lock, error) {
 	r, sent, err := a.call(ctx, true)
 	if err != nil {
 		// The request may have applied with its reply lost: release a grant
 		// rather than leave it to its lease.
-		return nil, a.giveUp(ctx, fmt.Errorf("redislock: acquire %q: %w", a.key, err))
+		return nil, a.giveUp(ctx, a.callErr(ctx, err))
 	}
 	if !r.granted {
 		return nil, ErrNotAcquired
 	}
-	return a.finish(ctx, r.token, sent.Add(r.pttl), false)
+	return a.finish(ctx, r.token, sent.Add(r.pttl), a.handedOver(r))
 }
 
 // wait is Lock: enqueue, then wait for a grant message or re-check on a
@@ -85,10 +106,10 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 
 	r, sent, err := a.call(ctx, false)
 	if err != nil {
-		return nil, a.giveUp(ctx, fmt.Errorf("redislock: acquire %q: %w", a.key, err))
+		return nil, a.giveUp(ctx, a.callErr(ctx, err))
 	}
 	if r.granted {
-		return a.finish(ctx, r.token, sent.Add(r.pttl), false)
+		return a.finish(ctx, r.token, sent.Add(r.pttl), a.handedOver(r))
 	}
 	// lastDenied is when the last "not granted" answer was requested: any
 	// hand-off to us happened after it, so its lease runs at least until
@@ -133,32 +154,60 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 			l.opt.Logger.Warn("redislock: re-check failed", "key", a.key, "err", err)
 			r = acquireResult{pttl: -1}
 		case r.granted:
-			return a.finish(ctx, r.token, sent.Add(r.pttl), false)
+			return a.finish(ctx, r.token, sent.Add(r.pttl), a.handedOver(r))
 		default:
 			lastDenied = sent
 		}
 	}
 }
 
-// giveUp leaves the queue, releasing a grant that may have raced with the
-// exit, and returns cause joined with ErrNotAcquired.
+// callErr describes a failed acquire request: ctx's error alone when ctx
+// ended (the request failed or was abandoned because of it).
+func (a *attempt) callErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("redislock: acquire %q: %w", a.key, err)
+}
+
+// giveUp runs the queue clean-up in the background and returns cause joined
+// with ErrNotAcquired. It waits for the clean-up only while ctx lasts, so the
+// caller returns at once when ctx has ended, whatever state Redis is in.
 func (a *attempt) giveUp(ctx context.Context, cause error) error {
+	if !a.leaving {
+		a.leaving = true
+		left := make(chan struct{})
+		a.l.goOwned(func() {
+			defer close(left)
+			a.leave()
+		})
+		select {
+		case <-left:
+		case <-ctx.Done():
+		}
+	}
+	return errors.Join(ErrNotAcquired, cause)
+}
+
+// leave takes the attempt out of the queue, releasing a grant that may have
+// raced with the exit. It is idempotent and bounded by WaiterTimeout, after
+// which an unrefreshed queue entry and a hand-off lease have expired anyway.
+func (a *attempt) leave() {
 	l := a.l
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.WaiterTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
 	defer cancel()
-	err := scriptLeave.Run(cctx, l.rdb, a.k.all(), a.id, l.ms(l.opt.TokenTTL), l.pubcmd).Err()
+	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd).Err()
 	if err != nil {
 		l.opt.Logger.Warn("redislock: leaving the queue failed; the entry expires by itself",
 			"key", a.key, "err", err)
 	}
-	return errors.Join(ErrNotAcquired, cause)
 }
 
 // finish turns a grant into a Lock: it undoes the grant when ctx ended or the
 // Locker closed meanwhile, waits for replicas when asked to, and hands the
 // lock to the renewer. deadline is a lower bound of the lease end in Redis;
-// handoff tells the lock came by message and still has the short hand-off
-// lease.
+// handoff tells that the lease is the short hand-off lease (WaiterTimeout)
+// rather than a full LeaseTTL.
 func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, handoff bool) (*Lock, error) {
 	l := a.l
 	if err := ctx.Err(); err != nil {
@@ -170,18 +219,14 @@ func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, 
 	default:
 	}
 	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, done: make(chan struct{})}
-	lease := l.opt.LeaseTTL
-	if handoff {
-		lease = l.opt.WaiterTimeout
-	}
 	if l.opt.MinReplicas > 0 {
 		sent, err := a.awaitReplicas(ctx)
 		if err != nil {
 			return nil, a.giveUp(ctx, err)
 		}
-		deadline, lease = sent.Add(l.opt.LeaseTTL), l.opt.LeaseTTL
+		deadline, handoff = sent.Add(l.opt.LeaseTTL), false
 	}
-	l.renew.add(lk, deadline, lease)
+	l.renew.add(lk, deadline, handoff)
 	return lk, nil
 }
 
@@ -208,9 +253,19 @@ func (a *attempt) awaitReplicas(ctx context.Context) (time.Time, error) {
 		_, err := pipe.Exec(ctx)
 		return sent, renew, wait, err
 	}
-	sent, renew, wait, err := run(false)
-	if err != nil && redis.HasErrorPrefix(renew.Err(), "NOSCRIPT") {
-		sent, renew, wait, err = run(true)
+	var sent time.Time
+	var renew, wait *redis.Cmd
+	gaveUp, err := l.do(ctx, func() error {
+		var err error
+		sent, renew, wait, err = run(false)
+		if err != nil && redis.HasErrorPrefix(renew.Err(), "NOSCRIPT") {
+			sent, renew, wait, err = run(true)
+		}
+		return err
+	}, a.leave)
+	if gaveUp {
+		a.leaving = true
+		return time.Time{}, err
 	}
 	if err != nil {
 		return sent, fmt.Errorf("redislock: wait for replicas of %q: %w", a.key, err)

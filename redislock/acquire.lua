@@ -1,4 +1,4 @@
--- acquire.lua: KEYS[1..5] lock, token, q, w, ch (see lib.lua)
+-- acquire.lua: KEYS[1..5] lock, token, q, w, ch (layout in lib_lock.lua, lib_token.lua, lib_queue.lua)
 --   ARGV[1] acquisition id, ARGV[2] owner, ARGV[3] lease ms, ARGV[4] token TTL ms,
 --   ARGV[5] waiter timeout ms, ARGV[6] hand-off lease ms, ARGV[7] "1" = try only,
 --   ARGV[8] publish command (PUBLISH or SPUBLISH)
@@ -7,8 +7,25 @@
 --                                       head = 1 when this waiter is first in the queue,
 --                                       seq = its queue sequence (absent for TryLock)
 -- A waiter calls it again on every re-check: that call is also its heartbeat.
+-- The fast path (free lock, nobody queued, stored token below 2^53) comes
+-- first and returns before the helpers of the other cases are even defined.
 local lock, token_key, q, w, ch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, owner = ARGV[1], ARGV[2]
+local state = redis.call('MGET', lock, token_key)
+if not state[1] and redis.call('EXISTS', q) == 0 then
+  local stored, rel = '0', ''
+  if state[2] then stored, rel = string.match(state[2], '^(%d+)(.*)$') end
+  if stored and (#stored < 16 or (#stored == 16 and stored < '9007199254740992')) then
+    local t = redis.call('TIME')
+    local tok = string.format('%.0f', math.max(stored + 1, t[1] * 1000000 + t[2]))
+    redis.call('SET', token_key, tok .. rel, 'PX', ARGV[4])
+    redis.call('SET', lock, tok .. '|' .. id .. '|' .. owner, 'PX', ARGV[3])
+    return {1, tok, tonumber(ARGV[3])}
+  end
+end
+
+--#include lib_lock.lua lib_token.lua lib_queue.lua
+
 local lease, token_ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local try, pubcmd = ARGV[7] == '1', ARGV[8]
 
@@ -51,7 +68,6 @@ local function reenter(tok, ids)
   return {1, tok, pttl}
 end
 
-local state = redis.call('MGET', lock, token_key)
 local tok, ids, holder = parse_lock(state[1])
 if tok then
   if has_id(ids, id) then -- handed over to this waiter already
@@ -70,7 +86,7 @@ end
 if not try then heartbeat(math.floor(nowus / 1000)) end
 local head = live_head(q, w, math.floor(nowus / 1000))
 if head == nil or head == id then
-  local tok = grant(lock, token_key, id, owner, lease, token_ttl, nowus)
+  tok = grant(lock, token_key, id, owner, lease, token_ttl, nowus)
   unqueue(q, w, id)
   return {1, tok, lease}
 end

@@ -13,12 +13,25 @@ import (
 // the same client, interleaved, and reports both medians and their ratio.
 // bench/lockbench measures hand-off and contention as well.
 func BenchmarkLockUnlock(b *testing.B) {
+	benchLockUnlock(b, func() (context.Context, context.CancelFunc) { return context.Background(), func() {} })
+}
+
+// BenchmarkLockUnlockDeadline is BenchmarkLockUnlock with a ctx that can end,
+// as request handlers have: every request then runs on a goroutine of its own
+// so that the call can return when ctx ends.
+func BenchmarkLockUnlockDeadline(b *testing.B) {
+	benchLockUnlock(b, func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), time.Minute)
+	})
+}
+
+func benchLockUnlock(b *testing.B, newCtx func() (context.Context, context.CancelFunc)) {
 	rdb := testenv.Redis(b)
 	l := newTestLocker(b, rdb, nil)
-	ctx := context.Background()
 	pings := make([]time.Duration, 0, b.N)
 	locks := make([]time.Duration, 0, b.N)
 	for b.Loop() {
+		ctx, cancel := newCtx()
 		t0 := time.Now()
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			b.Fatal(err)
@@ -32,6 +45,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 			b.Fatal(err)
 		}
 		pings, locks = append(pings, t1.Sub(t0)), append(locks, time.Since(t1))
+		cancel()
 	}
 	slices.Sort(pings)
 	slices.Sort(locks)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,9 +43,8 @@ func TestCancelAndDeadlineLeaveTheQueue(t *testing.T) {
 	if !errors.Is(out.err, ErrNotAcquired) || !errors.Is(out.err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v, want ErrNotAcquired and context.Canceled", out.err)
 	}
-	if q := queue(t, rdb, l, "cancel"); len(q) != 0 {
-		t.Fatalf("cancelled waiter still queued: %v", q)
-	}
+	// The clean-up runs in the background once ctx has ended.
+	waitFor(t, 5*time.Second, "cancelled waiter left the queue", func() bool { return len(queue(t, rdb, l, "cancel")) == 0 })
 
 	dctx, dcancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 	defer dcancel()
@@ -51,12 +52,9 @@ func TestCancelAndDeadlineLeaveTheQueue(t *testing.T) {
 	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock past deadline: %v, want ErrNotAcquired and context.DeadlineExceeded", err)
 	}
-	if q := queue(t, rdb, l, "cancel"); len(q) != 0 {
-		t.Fatalf("timed-out waiter still queued: %v", q)
-	}
-	if n := rdb.Exists(context.Background(), l.keys("cancel").w).Val(); n != 0 {
-		t.Fatal("heartbeat hash left behind")
-	}
+	waitFor(t, 5*time.Second, "timed-out waiter left the queue", func() bool {
+		return len(queue(t, rdb, l, "cancel")) == 0 && rdb.Exists(context.Background(), l.keys("cancel").w).Val() == 0
+	})
 	mustUnlock(t, holder)
 	mustUnlock(t, mustLock(t, l, "cancel"))
 }
@@ -77,8 +75,8 @@ func TestGrantRacingCancelIsPassedOn(t *testing.T) {
 	// still on the way), then cancel it: the grant and the cancel race.
 	l.renew.remove(holder)
 	k := holder.k
-	k.ch += ":elsewhere"
-	if n, err := scriptUnlock.Run(ctx, rdb, k.all(), holder.id, 60000, "PUBLISH").Int64(); err != nil || n != 1 {
+	keys := []string{k.lock, k.token, k.q, k.w, k.ch + ":elsewhere"}
+	if n, err := scriptUnlock.Run(ctx, rdb, keys, holder.id, 60000, "PUBLISH").Int64(); err != nil || n != 1 {
 		t.Fatalf("unlock: %d %v", n, err)
 	}
 	cancel()
@@ -189,5 +187,130 @@ func TestCloseWakesWaitersAndReleases(t *testing.T) {
 	mustUnlock(t, blocker)
 	if err := l.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// lockWithin runs Lock with a 300ms deadline and checks that it returns soon
+// after the deadline, whatever Redis does, with an error that satisfies both
+// ErrNotAcquired and context.DeadlineExceeded.
+func lockWithin(t *testing.T, l *Locker, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	lk, err := l.Lock(ctx, key)
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("Lock with a 300ms deadline returned after %v", el)
+	}
+	if lk != nil || !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock = %v, %v; want ErrNotAcquired and context.DeadlineExceeded", lk, err)
+	}
+}
+
+// warm loads the scripts and opens a connection, so that a request made
+// while the server is paused hangs itself rather than a dial or a NOSCRIPT
+// retry.
+func warm(t *testing.T, l *Locker) {
+	t.Helper()
+	mustUnlock(t, mustLock(t, l, "warm"))
+}
+
+// closeAfterResume closes l while srv is paused and checks that Close waits
+// for the pending clean-ups: it returns only once srv runs again.
+func closeAfterResume(t *testing.T, l *Locker, srv *testenv.Server) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a clean-up still waited for Redis", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	srv.Resume()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return after Redis came back")
+	}
+}
+
+// When Redis stops answering (SIGSTOP) a Lock with a deadline still returns
+// at the deadline; the queue clean-up runs in the background once Redis is
+// back, and Close waits for it. Both the enqueue request itself and the wait
+// after it are covered.
+func TestLockReturnsAtDeadlineWhileRedisHangs(t *testing.T) {
+	for _, pauseBeforeLock := range []bool{true, false} {
+		name := "paused while waiting"
+		if pauseBeforeLock {
+			name = "paused before the enqueue"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := testenv.RedisServer(t)
+			admin := srv.Client()
+			other := newTestLocker(t, srv.Client(), &Options{Prefix: "rf"})
+			l := New(srv.Client(), &Options{Prefix: "rf"})
+			holder := mustLock(t, other, "hang")
+			if pauseBeforeLock {
+				warm(t, l)
+				srv.Pause()
+				lockWithin(t, l, "hang")
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				res := lockAsync(l, ctx, "hang")
+				waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(queue(t, admin, other, "hang")) == 1 })
+				srv.Pause()
+				out := <-res
+				if !errors.Is(out.err, ErrNotAcquired) || !errors.Is(out.err, context.DeadlineExceeded) {
+					t.Fatalf("Lock = %v; want ErrNotAcquired and context.DeadlineExceeded", out.err)
+				}
+			}
+			closeAfterResume(t, l, srv)
+			if q := queue(t, admin, other, "hang"); len(q) != 0 {
+				t.Fatalf("entry left in the queue: %v", q)
+			}
+			if v := admin.Get(context.Background(), other.keys("hang").lock).Val(); !strings.Contains(v, holder.id) {
+				t.Fatalf("lock value %q, want it still held by %s", v, holder.id)
+			}
+			mustUnlock(t, holder)
+		})
+	}
+}
+
+// A free lock whose enqueue request hangs: the request applies after Lock
+// gave up and grants the lock to nobody waiting; the clean-up that follows
+// it releases the grant.
+func TestAbandonedGrantIsReleased(t *testing.T) {
+	srv := testenv.RedisServer(t)
+	admin := srv.Client()
+	l := New(srv.Client(), &Options{Prefix: "rf"})
+	warm(t, l)
+	srv.Pause()
+	lockWithin(t, l, "free")
+	closeAfterResume(t, l, srv)
+	k := l.keys("free")
+	if n := admin.Exists(context.Background(), k.lock, k.q, k.w).Val(); n != 0 {
+		t.Fatalf("%d lock/queue keys left after an abandoned grant", n)
+	}
+	// The abandoned request did grant: a token was minted.
+	if v := admin.Get(context.Background(), k.token).Val(); v == "" {
+		t.Fatal("no token minted: the abandoned request never ran")
+	}
+}
+
+// With nothing listening on the port, Lock fails within about its deadline
+// and Close does not hang.
+func TestLockAgainstRefusedPort(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := New(rdb, &Options{Prefix: "rf"})
+	lockWithin(t, l, "refused")
+	start := time.Now()
+	_ = l.Close()
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("Close took %v", el)
 	}
 }

@@ -47,7 +47,8 @@
 // belongs to a dead process and is dropped by the next caller that finds it
 // at the head of the queue; a lock handed to such a waiter just before it died
 // comes back after WaiterTimeout, because hand-offs carry that short lease
-// until the new holder's Locker renews them. A waiter that was itself too slow
+// until the new holder's Locker renews them, WaiterTimeout/2 before that lease
+// can end (so a lock held briefly after a hand-off costs no renewal). A waiter that was itself too slow
 // to refresh its entry (a pause longer than WaiterTimeout) re-enters at the
 // back of the queue.
 package redislock

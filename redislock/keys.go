@@ -31,9 +31,10 @@ func ValidateKey(key string) error {
 // lockKeys are the Redis names of one lock, all in one hash slot.
 type lockKeys struct {
 	lock, token, q, w, ch string
+	list                  []string // the five above, as scripts take them; read-only
 }
 
-func (k lockKeys) all() []string { return []string{k.lock, k.token, k.q, k.w, k.ch} }
+func (k lockKeys) all() []string { return k.list }
 
 // base returns the common start of the Redis names of key: the key itself
 // as hash tag, "<prefix>:{<key>}:". A key containing a brace would end the tag
@@ -50,7 +51,16 @@ func base(prefix, key string) string {
 
 func keysFor(prefix, key string) lockKeys {
 	b := base(prefix, key)
-	return lockKeys{lock: b + "lock", token: b + "token", q: b + "q", w: b + "w", ch: b + "ch"}
+	// One allocation for all five names: they are slices of one string.
+	all := b + "lock" + b + "token" + b + "q" + b + "w" + b + "ch"
+	n := len(b)
+	var k lockKeys
+	k.lock, all = all[:n+4], all[n+4:]
+	k.token, all = all[:n+5], all[n+5:]
+	k.q, all = all[:n+1], all[n+1:]
+	k.w, k.ch = all[:n+1], all[n+1:]
+	k.list = []string{k.lock, k.token, k.q, k.w, k.ch}
+	return k
 }
 
 func validatePrefix(p string) error {

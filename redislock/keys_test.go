@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,8 +52,9 @@ func TestKeyLayoutSharesOneSlot(t *testing.T) {
 	if a.lock == b.lock || a.lock == plain.lock {
 		t.Errorf("names collide: %q %q %q", a.lock, b.lock, plain.lock)
 	}
-	if keysFor("p", "x").lock != "p:{x}:lock" {
-		t.Errorf("layout changed: %q", keysFor("p", "x").lock)
+	if k := keysFor("p", "x"); k.lock != "p:{x}:lock" || k.token != "p:{x}:token" || k.q != "p:{x}:q" ||
+		k.w != "p:{x}:w" || k.ch != "p:{x}:ch" || !slices.Equal(k.all(), []string{k.lock, k.token, k.q, k.w, k.ch}) {
+		t.Errorf("layout changed: %+v", k)
 	}
 }
 

@@ -80,7 +80,9 @@ func (lk *Lock) end(s lockState, err error) bool {
 // passes directly to the first waiter. Renewal stops before the request is
 // sent. It returns ErrNotHeld when the lock had already been lost. Unlock may
 // be retried after an error: a retry of a release that did apply returns nil.
-// After the Locker closed it returns ErrClosed.
+// When ctx ends before Redis answers, Unlock returns an error wrapping
+// ctx.Err() at once and the request finishes in the background (Close waits
+// for it). After the Locker closed it returns ErrClosed.
 func (lk *Lock) Unlock(ctx context.Context) error {
 	lk.mu.Lock()
 	unlocked, state := lk.unlocked, lk.state
@@ -94,7 +96,20 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	l := lk.l
 	l.renew.remove(lk)
 	lk.end(stateReleased, ErrNotHeld)
-	n, err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.ms(l.opt.TokenTTL), l.pubcmd).Int64()
+	var n int64
+	req := func() error {
+		var err error
+		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd).Int64()
+		return err
+	}
+	var err error
+	if l.enter() {
+		// An abandoned release still applies or not; a retry tells which.
+		_, err = l.do(ctx, req, nil)
+		l.calls.Done()
+	} else {
+		err = req() // the Locker closed after this lock ended
+	}
 	if err != nil {
 		return fmt.Errorf("redislock: unlock %q: %w", lk.key, err)
 	}

@@ -25,13 +25,18 @@ type Locker struct {
 	pubcmd  string
 	idBase  string
 	seq     atomic.Uint64
+	args    scriptArgs
 
 	mu      sync.Mutex
 	closed  bool
 	closing chan struct{}
-	calls   sync.WaitGroup // Lock, TryLock and RaiseTokenFloor in flight
-	subs    map[int]*subscriber
-	renew   *renewer
+	calls   sync.WaitGroup // Lock, TryLock, Unlock and RaiseTokenFloor in flight
+	// bg tracks the work callers do not wait for: queue clean-ups, requests
+	// abandoned when a caller's ctx ended, subscription requests. It is only
+	// added to from calls in flight, so Close can wait for it after calls.
+	bg    sync.WaitGroup
+	subs  map[int]*subscriber
+	renew *renewer
 }
 
 // New returns a Locker using rdb, a *redis.Client, *redis.ClusterClient or
@@ -51,8 +56,19 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	_, _ = rand.Read(b[:])
 	l.idBase = hex.EncodeToString(b[:])
 	l.renew = newRenewer(l)
+	l.args = scriptArgs{lease: l.msArg(l.opt.LeaseTTL), tokenTTL: l.msArg(l.opt.TokenTTL),
+		waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
 	return l
 }
+
+// scriptArgs are the script arguments fixed for a Locker, formatted once and
+// already boxed, so that a request converts and allocates none of them.
+type scriptArgs struct {
+	lease, tokenTTL, waiter, pubcmd any
+}
+
+// msArg formats d in whole milliseconds (at least 1) for a script.
+func (l *Locker) msArg(d time.Duration) any { return strconv.FormatInt(l.ms(d), 10) }
 
 // newID returns an id unique across Lockers: it names one acquisition (and
 // its queue entry), and is the default owner.
@@ -80,12 +96,15 @@ func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond
 // Unlock.
 //
 // ctx bounds the wait only; the lock lives until Unlock or until it is lost
-// (see Lock.Done). When ctx ends first, the error satisfies both
-// errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()), and the
-// caller's place in the queue is given up (a grant that arrived at the same
-// moment is passed on to the next waiter). Other errors: ErrInvalidKey,
+// (see Lock.Done). When ctx ends first, Lock returns at once, even while a
+// request to Redis is still unanswered, with an error that satisfies both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()); the caller's
+// place in the queue is given up in the background, after any such request
+// has finished (a grant that arrived at the same moment is passed on to the
+// next waiter), and Close waits for that. Other errors: ErrInvalidKey,
 // ErrInvalidOptions, ErrClosed (joined with ErrNotAcquired) and Redis errors
-// (joined with ErrNotAcquired).
+// (joined with ErrNotAcquired); on those the queue is left before Lock
+// returns, as long as ctx lasts.
 func (l *Locker) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return l.lock(ctx, key, false, opts)
 }
@@ -147,7 +166,9 @@ func (l *Locker) RaiseTokenFloor(ctx context.Context, key string, floor uint64) 
 	}
 	defer l.calls.Done()
 	k := l.keys(key)
-	err := scriptFloor.Run(ctx, l.rdb, []string{k.token}, strconv.FormatUint(floor, 10), l.ms(l.opt.TokenTTL)).Err()
+	_, err := l.do(ctx, func() error {
+		return scriptFloor.Run(ctx, l.rdb, []string{k.token}, strconv.FormatUint(floor, 10), l.args.tokenTTL).Err()
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("redislock: raise token floor of %q: %w", key, err)
 	}
@@ -155,10 +176,13 @@ func (l *Locker) RaiseTokenFloor(ctx context.Context, key string, floor uint64) 
 }
 
 // Close stops the Locker. Waiting Lock calls return ErrClosed (joined with
-// ErrNotAcquired) after leaving their queues; locks still held are released
-// (their Done channels close and Err reports ErrLost joined with ErrClosed);
-// later calls return ErrClosed. Close waits for all of that, bounded by
-// WaiterTimeout for the releases, and returns the first release error.
+// ErrNotAcquired); locks still held are released (their Done channels close
+// and Err reports ErrLost joined with ErrClosed); later calls return
+// ErrClosed. Close waits for all of that and for the background work of
+// earlier calls: queue clean-ups of Lock calls that gave up (each bounded by
+// WaiterTimeout) and Redis requests abandoned when a caller's ctx ended (which
+// the client's own timeouts bound). The releases are bounded by WaiterTimeout;
+// Close returns the first release error.
 func (l *Locker) Close() error {
 	if l.err != nil {
 		return l.err
@@ -173,6 +197,7 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 
 	l.calls.Wait()
+	l.bg.Wait()
 	held := l.renew.stop()
 	err := l.releaseAll(held)
 	l.mu.Lock()
@@ -193,13 +218,67 @@ func (l *Locker) releaseAll(held []*Lock) error {
 	defer cancel()
 	var first error
 	for _, lk := range held {
-		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.ms(l.opt.TokenTTL), l.pubcmd).Err()
+		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd).Err()
 		if err != nil && first == nil {
 			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
 		}
 		lk.end(stateClosed, fmt.Errorf("%w: %w", ErrLost, ErrClosed))
 	}
 	return first
+}
+
+// goOwned runs f on a goroutine that Close waits for. Only calls in flight
+// (between enter and calls.Done) may use it.
+func (l *Locker) goOwned(f func()) {
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		f()
+	}()
+}
+
+// do runs req, one Redis request made with ctx, and returns its error; when
+// ctx ends first it returns ctx.Err() at once instead. Clients give up on a
+// request at the ctx deadline only with ContextTimeoutEnabled, otherwise at
+// their own read timeout, and a reconnecting client may take longer still.
+// An abandoned request finishes on a goroutine owned by the Locker, which
+// then runs abandoned (if not nil): the caller no longer knows whether the
+// request applied. A ctx that cannot end costs no goroutine. Only calls in
+// flight may use do.
+func (l *Locker) do(ctx context.Context, req func() error, abandoned func()) (gaveUp bool, err error) {
+	if ctx.Done() == nil {
+		return false, req()
+	}
+	c := &pending{done: make(chan error, 1)}
+	l.goOwned(func() {
+		err := req()
+		if c.state.CompareAndSwap(pendingRunning, pendingFinished) {
+			c.done <- err
+		} else if abandoned != nil {
+			abandoned()
+		}
+	})
+	select {
+	case err := <-c.done:
+		return false, err
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(pendingRunning, pendingAbandoned) {
+			return true, ctx.Err()
+		}
+		return false, <-c.done // finished meanwhile: the reply is here
+	}
+}
+
+const (
+	pendingRunning int32 = iota
+	pendingFinished
+	pendingAbandoned
+)
+
+// pending is one request run by do.
+type pending struct {
+	state atomic.Int32
+	done  chan error
 }
 
 // subscriberFor returns the subscriber for the slot of k, creating it.

@@ -80,8 +80,10 @@ func (s *subscriber) unregister(w *waiter) {
 }
 
 // subscribe makes sure w's channel is subscribed and waits, at most maxWait,
-// for Redis to confirm it. Failures only cost latency: waiters re-check on a
-// timer anyway.
+// for Redis to confirm it. The request is sent from a goroutine owned by the
+// Locker (a new connection may hang as long as the client lets it), so that
+// ctx alone bounds the caller. Failures only cost latency: waiters re-check on
+// a timer anyway. Only calls in flight may use it.
 func (s *subscriber) subscribe(ctx context.Context, w *waiter, maxWait time.Duration) {
 	s.mu.Lock()
 	cs := s.chans[w.ch]
@@ -92,13 +94,16 @@ func (s *subscriber) subscribe(ctx context.Context, w *waiter, maxWait time.Dura
 	confirmed := cs.confirmed
 	s.mu.Unlock()
 	if need {
-		if err := s.send(ctx, w.ch); err != nil {
-			s.l.opt.Logger.Warn("redislock: subscribe failed; waiting on timers", "channel", w.ch, "err", err)
-			s.mu.Lock()
-			cs.subscribing = false
-			s.mu.Unlock()
-			return
-		}
+		s.l.goOwned(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), s.l.opt.WaiterTimeout)
+			defer cancel()
+			if err := s.send(sctx, w.ch); err != nil {
+				s.l.opt.Logger.Warn("redislock: subscribe failed; waiting on timers", "channel", w.ch, "err", err)
+				s.mu.Lock()
+				cs.subscribing = false
+				s.mu.Unlock()
+			}
+		})
 	}
 	t := time.NewTimer(maxWait)
 	defer t.Stop()

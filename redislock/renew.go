@@ -28,13 +28,21 @@ func newRenewer(l *Locker) *renewer {
 		quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-// add starts renewing lk, whose lease of length lease ends no earlier than
-// deadline (a lock handed over by message still has the short hand-off
-// lease). Its first renewal is due once a third of that lease has passed.
-func (r *renewer) add(lk *Lock, deadline time.Time, lease time.Duration) {
+// add starts renewing lk, whose lease ends no earlier than deadline. A full
+// lease (LeaseTTL) is first renewed once a third of it has passed. A lock
+// handed over by message still has the short hand-off lease (WaiterTimeout),
+// whose start is known only as a lower bound (the last "not granted" request
+// of the waiter); it is renewed WaiterTimeout/2 before that bound runs out,
+// which leaves the renewal as much time to get through and spares locks held
+// briefly any renewal at all.
+func (r *renewer) add(lk *Lock, deadline time.Time, handoff bool) {
+	margin := r.l.opt.LeaseTTL * 2 / 3
+	if handoff {
+		margin = r.l.opt.WaiterTimeout / 2
+	}
 	r.mu.Lock()
 	lk.deadline = deadline
-	lk.renewAt = deadline.Add(-lease * 2 / 3)
+	lk.renewAt = deadline.Add(-margin)
 	r.locks[lk] = struct{}{}
 	if !r.running && !r.stopped {
 		r.running = true
@@ -86,7 +94,13 @@ func (r *renewer) loop() {
 	for {
 		now := time.Now()
 		var due []*Lock
-		next := now.Add(time.Hour)
+		// Look again at least every WaiterTimeout/6 even with nothing due: a
+		// lock added later falls due no earlier than that (a full lease a
+		// third of LeaseTTL on, a hand-off at least WaiterTimeout/2 after
+		// its waiter's last request, made at most RecheckInterval ago), so
+		// add need not wake the loop; waking it on every Lock would cost a
+		// goroutine switch on the hot path.
+		next := now.Add(r.l.opt.WaiterTimeout / 6)
 		r.mu.Lock()
 		for lk := range r.locks {
 			// Renew early whatever falls due soon, so renewals of locks

@@ -1,35 +1,53 @@
 package redislock
 
 import (
-	_ "embed"
+	"embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed lib.lua
-	libLua string
-	//go:embed acquire.lua
-	acquireLua string
-	//go:embed unlock.lua
-	unlockLua string
-	//go:embed leave.lua
-	leaveLua string
-	//go:embed renew.lua
-	renewLua string
-	//go:embed floor.lua
-	floorLua string
-)
+// Each script is one .lua file. A line "--#include a.lua b.lua" in it stands
+// for those helper files, so that every script carries only the helpers it
+// uses, and only after its fast path: Lua creates a function each time its
+// definition runs, so helpers placed after a fast path's return cost that
+// path nothing.
+//
+//go:embed *.lua
+var luaFiles embed.FS
 
 // The scripts are immutable after package initialisation; redis.Script only
 // caches its own digest.
 var (
-	scriptAcquire = redis.NewScript(libLua + acquireLua)
-	scriptUnlock  = redis.NewScript(libLua + unlockLua)
-	scriptLeave   = redis.NewScript(libLua + leaveLua)
-	scriptRenew   = redis.NewScript(libLua + renewLua)
-	scriptFloor   = redis.NewScript(libLua + floorLua)
+	scriptAcquire = newScript("acquire.lua")
+	scriptUnlock  = newScript("unlock.lua")
+	scriptLeave   = newScript("leave.lua")
+	scriptRenew   = newScript("renew.lua")
+	scriptFloor   = newScript("floor.lua")
 )
+
+func newScript(name string) *redis.Script {
+	return redis.NewScript(luaSource(name))
+}
+
+// luaSource returns the embedded file name with its includes expanded.
+func luaSource(name string) string {
+	b, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic("redislock: " + err.Error())
+	}
+	var out strings.Builder
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "--#include "); ok {
+			for _, inc := range strings.Fields(rest) {
+				out.WriteString(luaSource(inc))
+			}
+			continue
+		}
+		out.WriteString(line)
+	}
+	return out.String()
+}
 
 var (
 	_ redis.Scripter = (*redis.Client)(nil)

@@ -11,6 +11,7 @@
 // Usage:
 //
 //	go run ./bench/lockbench [-addr 127.0.0.1:6379] [-n 2000] [-waiters 8,32,128] [-cs 100us] [-d 3s]
+//	                         [-waiter-timeout 5s] [-recheck 0]
 //
 // It writes only keys under a random "lockbench:" prefix and deletes them at
 // the end.
@@ -42,6 +43,8 @@ func main() {
 	cs := flag.Duration("cs", 100*time.Microsecond, "critical section length in the contention runs")
 	dur := flag.Duration("d", 3*time.Second, "length of each contention run")
 	lockers := flag.Int("lockers", 4, "Lockers (each with its own client, as separate processes would have) sharing the goroutines")
+	flag.DurationVar(&waiterTimeout, "waiter-timeout", 0, "Options.WaiterTimeout of the contention runs (0: default)")
+	flag.DurationVar(&recheck, "recheck", 0, "Options.RecheckInterval of the contention runs (0: default)")
 	flag.Parse()
 	if err := run(*addr, *n, *waiters, *cs, *dur, *lockers); err != nil {
 		fmt.Fprintln(os.Stderr, "lockbench:", err)
@@ -56,11 +59,15 @@ func envOr(name, def string) string {
 	return def
 }
 
+// Options of the contention runs, from flags.
+var waiterTimeout, recheck time.Duration
+
 type bench struct {
-	addr    string
-	prefix  string
-	counter atomic.Int64 // commands sent by the benchmark's clients
-	clients []*redis.Client
+	addr     string
+	prefix   string
+	counter  atomic.Int64 // commands sent by the benchmark's clients
+	renewals atomic.Int64 // renewal scripts among them
+	clients  []*redis.Client
 }
 
 func run(addr string, n int, waiterList string, cs, dur time.Duration, nLockers int) error {
@@ -111,7 +118,8 @@ func run(addr string, n int, waiterList string, cs, dur time.Duration, nLockers 
 	fmt.Printf("%-40s %10v  = %.2f x PING p50\n", "hand-off Unlock call -> Lock return p50", fromStart, ratio(fromStart, ping))
 
 	fmt.Printf("\ncontention: one key, critical section %v, %v per run, goroutines spread over %d Lockers\n", cs, dur, nLockers)
-	fmt.Printf("%8s %10s %12s %11s %8s %13s %14s\n", "waiters", "sections", "sections/s", "inversions", "jain", "cmds/section", "server calls/s.")
+	fmt.Printf("%8s %10s %12s %11s %8s %13s %14s %14s\n", "waiters", "sections", "sections/s", "inversions", "jain",
+		"cmds/section", "renews/section", "server calls/s.")
 	for _, f := range strings.Split(waiterList, ",") {
 		w, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || w < 1 {
@@ -121,10 +129,11 @@ func run(addr string, n int, waiterList string, cs, dur time.Duration, nLockers 
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%8d %10d %12.0f %11d %8.4f %13.2f %14.2f\n", w, r.sections, float64(r.sections)/dur.Seconds(),
-			r.inversions, r.jain, r.cmdsPerSection, r.serverCmdsPerSection)
+		fmt.Printf("%8d %10d %12.0f %11d %8.4f %13.3f %14.4f %14.2f\n", w, r.sections, float64(r.sections)/dur.Seconds(),
+			r.inversions, r.jain, r.cmdsPerSection, r.renewsPerSection, r.serverCmdsPerSection)
 	}
-	fmt.Println("\ncmds/section: commands sent by this program's clients per critical section.")
+	fmt.Println("\ncmds/section: commands sent by this program's clients per critical section;")
+	fmt.Println("renews/section: the renewal scripts among them.")
 	fmt.Println("server calls/s.: INFO commandstats delta per section; counts the calls made inside")
 	fmt.Println("scripts too, and those of any other client of the server.")
 	return nil
@@ -209,6 +218,7 @@ type contentionResult struct {
 	inversions           int
 	jain                 float64
 	cmdsPerSection       float64
+	renewsPerSection     float64
 	serverCmdsPerSection float64
 }
 
@@ -227,7 +237,8 @@ func (bn *bench) contention(ctx context.Context, waiters, nLockers int, cs, dur 
 	key := "contended-" + strconv.Itoa(waiters)
 	ls := make([]*redislock.Locker, nLockers)
 	for i := range ls {
-		ls[i] = redislock.New(bn.client(), &redislock.Options{Prefix: bn.prefix})
+		ls[i] = redislock.New(bn.client(), &redislock.Options{Prefix: bn.prefix,
+			WaiterTimeout: waiterTimeout, RecheckInterval: recheck})
 		defer ls[i].Close()
 	}
 	var mu sync.Mutex
@@ -237,7 +248,7 @@ func (bn *bench) contention(ctx context.Context, waiters, nLockers int, cs, dur 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	before := serverCalls(ctx, admin)
-	cmdsBefore := bn.counter.Load()
+	cmdsBefore, renewsBefore := bn.counter.Load(), bn.renewals.Load()
 	for g := range waiters {
 		wg.Add(1)
 		go func() {
@@ -275,7 +286,7 @@ func (bn *bench) contention(ctx context.Context, waiters, nLockers int, cs, dur 
 	close(stop)
 	wg.Wait()
 	after := serverCalls(ctx, admin)
-	cmds := bn.counter.Load() - cmdsBefore
+	cmds, renews := bn.counter.Load()-cmdsBefore, bn.renewals.Load()-renewsBefore
 	if firstErr != nil {
 		return contentionResult{}, firstErr
 	}
@@ -302,6 +313,7 @@ func (bn *bench) contention(ctx context.Context, waiters, nLockers int, cs, dur 
 	}
 	if len(grants) > 0 {
 		r.cmdsPerSection = float64(cmds) / float64(len(grants))
+		r.renewsPerSection = float64(renews) / float64(len(grants))
 		r.serverCmdsPerSection = float64(after-before) / float64(len(grants))
 	}
 	return r, nil
@@ -367,7 +379,28 @@ func ratio(a, b time.Duration) float64 {
 	return float64(a) / float64(b)
 }
 
-// hook counts commands and hands the queue sequence of a not-granted acquire
+// isRenewal tells a renewal script call by its keys: lock keys only (the
+// other scripts also take a lock's queue keys).
+func isRenewal(args []any) bool {
+	if len(args) < 4 {
+		return false
+	}
+	if name, _ := args[0].(string); name != "evalsha" && name != "eval" {
+		return false
+	}
+	nk, _ := args[2].(int)
+	if nk < 1 || len(args) < 3+nk {
+		return false
+	}
+	for _, k := range args[3 : 3+nk] {
+		if s, _ := k.(string); !strings.HasSuffix(s, ":lock") {
+			return false
+		}
+	}
+	return true
+}
+
+// hook counts commands (and renewals among them) and hands the queue sequence of a not-granted acquire
 // reply ({0, "", pttl, head, seq}) to the attempt in the context.
 type hook struct{ bn *bench }
 
@@ -376,6 +409,9 @@ func (h *hook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.bn.counter.Add(1)
+		if isRenewal(cmd.Args()) {
+			h.bn.renewals.Add(1)
+		}
 		err := next(ctx, cmd)
 		if at, ok := ctx.Value(attemptKey{}).(*attempt); ok && err == nil {
 			if c, ok := cmd.(*redis.Cmd); ok {
@@ -393,6 +429,11 @@ func (h *hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.bn.counter.Add(int64(len(cmds)))
+		for _, c := range cmds {
+			if isRenewal(c.Args()) {
+				h.bn.renewals.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }
