@@ -321,3 +321,29 @@ func (e *env) awaitProgress(ctx context.Context, since time.Duration, within tim
 	})
 	return got, err
 }
+
+// buyHeld starts one buy of a unit by c with c's database statements held
+// back in mpx (which must carry c's MySQL traffic), and waits until c is
+// granted the lock. It returns the token granted, where the buy's outcome
+// will arrive, and the toxic whose removal lets the statements through.
+func buyHeld(ctx context.Context, t *testing.T, c *client, mpx *Proxy, within time.Duration) (uint64, <-chan Op, *Toxic) {
+	t.Helper()
+	hold, err := mpx.Latency(Upstream, 120_000)
+	mustNoErr(t, err, "hold the database statements")
+	granted := make(chan uint64, 1)
+	c.onAcquired(func(tok uint64) {
+		select {
+		case granted <- tok:
+		default:
+		}
+	})
+	res := make(chan Op, 1)
+	go func() { res <- c.buy(ctx, 1, 60*time.Second, nil) }()
+	select {
+	case tok := <-granted:
+		return tok, res, hold
+	case <-time.After(within):
+		t.Fatalf("the held client was not granted the lock within %v", within)
+		return 0, nil, nil
+	}
+}

@@ -40,23 +40,7 @@ func TestScenarioFailoverLostGrant(t *testing.T) {
 	_, err := tp.ReplLink.Partition()
 	mustNoErr(t, err, "cut replication")
 
-	hold, err := mpx.Latency(Upstream, 120_000)
-	mustNoErr(t, err, "hold the stale holder's statements")
-	granted := make(chan uint64, 1)
-	stale.onAcquired(func(tok uint64) {
-		select {
-		case granted <- tok:
-		default:
-		}
-	})
-	staleRes := make(chan Op, 1)
-	go func() { staleRes <- stale.buy(ctx, 1, 60*time.Second, nil) }()
-	var t1 uint64
-	select {
-	case t1 = <-granted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stale holder was not granted the lock on the primary")
-	}
+	t1, staleRes, hold := buyHeld(ctx, t, stale, mpx, 10*time.Second)
 
 	// Kill the primary: the grant dies with it.
 	killed := time.Now()

@@ -58,24 +58,9 @@ func TestScenarioDatabaseLatency(t *testing.T) {
 		lctx, stop := context.WithTimeout(ctx, 600*time.Millisecond)
 		e.load(lctx, 15*time.Millisecond, load...)()
 		stop()
-		hold, err := mpx.Latency(Upstream, 120_000)
-		mustNoErr(t, err, "hold statements")
-		granted := make(chan uint64, 1)
-		sc.onAcquired(func(tok uint64) {
-			select {
-			case granted <- tok:
-			default:
-			}
-		})
-		res := make(chan Op, 1)
-		go func() { res <- sc.buy(ctx, 1, 60*time.Second, nil) }()
-		var t1 uint64
-		select {
-		case t1 = <-granted:
-		case <-time.After(15 * time.Second):
-			t.Fatal("slow client never got the lock")
-		}
+		t1, res, hold := buyHeld(ctx, t, sc, mpx, 15*time.Second)
 		var heal func() error
+		var err error
 		if round == 0 {
 			heal, err = rpx.Partition()
 			mustNoErr(t, err, "cut the slow client from Redis")
