@@ -2,7 +2,10 @@ module github.com/redfence/redfence/compose
 
 go 1.26.0
 
-require github.com/compose-spec/compose-go/v2 v2.16.2
+require (
+	github.com/compose-spec/compose-go/v2 v2.16.2
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	github.com/distribution/reference v0.5.0 // indirect
