@@ -137,7 +137,9 @@ func checkKey(key string) error {
 func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error) (err error) {
 	log := g.opt.Logger
 	start := time.Now()
-	lk, err := g.lock(ctx, key)
+	// Lock returns by the time ctx ends even when Redis does not answer, and
+	// passes on a grant that raced with the end of ctx.
+	lk, err := g.locker.Lock(ctx, key)
 	if err != nil {
 		return fmt.Errorf("guard: lock %q: %w", key, err)
 	}
@@ -179,46 +181,6 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 			return errors.Join(err, g.lostOr(lctx, serr))
 		}
 	}
-}
-
-// lock takes key's lock and returns by the time ctx ends, even when the
-// Locker needs longer to give up: with Redis unreachable, a go-redis client
-// without ContextTimeoutEnabled waits out its ReadTimeout, and the Locker's
-// queue clean-up after ctx ended is bounded only by its WaiterTimeout. The
-// Locker call then finishes in the background (Locker.Close waits for it),
-// and a lock it still returns is released.
-func (g *Guard) lock(ctx context.Context, key string) (*redislock.Lock, error) {
-	if ctx.Done() == nil {
-		return g.locker.Lock(ctx, key)
-	}
-	type result struct {
-		lk  *redislock.Lock
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		lk, err := g.locker.Lock(ctx, key)
-		ch <- result{lk, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.lk, r.err
-	case <-ctx.Done():
-	}
-	select {
-	case r := <-ch:
-		return r.lk, r.err
-	default:
-	}
-	go func() {
-		if r := <-ch; r.lk != nil {
-			if err := g.unlock(ctx, r.lk); err != nil {
-				g.opt.Logger.WarnContext(ctx, "guard: releasing a lock granted after the caller gave up",
-					"key", key, "err", err)
-			}
-		}
-	}()
-	return nil, errors.Join(redislock.ErrNotAcquired, context.Cause(ctx))
 }
 
 // watch returns the ctx for fn: ctx, also cancelled as soon as lk is lost.
