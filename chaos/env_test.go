@@ -272,7 +272,11 @@ func mustNoErr(t *testing.T, err error, what string) {
 
 // queueLen is the number of waiters queued for the item in Redis.
 func (e *env) queueLen(ctx context.Context, rdb *redis.Client) (int64, error) {
-	return rdb.ZCard(ctx, e.prefix+":{"+e.item+"}:q").Result()
+	names, err := redislock.KeyNamesFor(e.prefix, e.item)
+	if err != nil {
+		return 0, err
+	}
+	return rdb.ZCard(ctx, names.Queue).Result()
 }
 
 // dumpRedis logs every key of the lock's server with its TTL and contents,

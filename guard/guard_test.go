@@ -85,7 +85,7 @@ func TestQueuedCallersHoldNoConnection(t *testing.T) {
 			errs <- e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) })
 		}()
 	}
-	queue := e.prefix + ":{" + key + "}:q"
+	queue := e.names(key).Queue
 	waitFor(t, "20 callers queued in Redis", func() bool {
 		n, err := e.rdb.ZCard(ctx, queue).Result()
 		return err == nil && n == waiters
@@ -238,7 +238,7 @@ func TestLockLostDuringFnCancelsFnAndRollsBack(t *testing.T) {
 			return err
 		}
 		// Simulate the lease ending behind the holder's back.
-		must(t, e.rdb.Del(context.Background(), e.lockKey("k")).Err())
+		must(t, e.rdb.Del(context.Background(), e.names("k").Lock).Err())
 		select {
 		case <-ctx.Done():
 		case <-time.After(5 * time.Second):
@@ -277,7 +277,7 @@ func TestLockLostBeforeCommitCommitsSafely(t *testing.T) {
 		if !first.CompareAndSwap(false, true) {
 			return // B's commit
 		}
-		must(t, e.rdb.Del(ctx, e.lockKey(key)).Err())
+		must(t, e.rdb.Del(ctx, e.names(key).Lock).Err())
 		<-lostA
 		go func() {
 			errB <- e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
@@ -326,7 +326,7 @@ func TestStaleTokenIsFencedAndFloorRaised(t *testing.T) {
 	// accepted a token from far above anything Redis will mint now.
 	future := uint64(time.Now().Add(time.Hour).UnixMicro())
 	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, key)
-	must(t, e.rdb.Del(ctx, e.prefix+":{"+key+"}:token").Err())
+	must(t, e.rdb.Del(ctx, e.names(key).Token).Err())
 
 	called := false
 	err := e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { called = true; return nil })

@@ -119,8 +119,15 @@ func (e *env) fence(key string) (fence.Fence, error) {
 	return fence.Lookup(ctx, e.db, key)
 }
 
-// lockKey is the Redis name of key's lock hash (redislock's layout).
-func (e *env) lockKey(key string) string { return e.prefix + ":{" + key + "}:lock" }
+// names are the Redis names of key's lock.
+func (e *env) names(key string) redislock.KeyNames {
+	e.t.Helper()
+	n, err := redislock.KeyNamesFor(e.prefix, key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
 
 // assertFree fails unless key's lock can be taken at once, i.e. Do released it.
 func (e *env) assertFree(key string) {

@@ -98,3 +98,32 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// KeyNames are the Redis names that hold one lock's state, all in one hash
+// slot (see the package documentation for what each holds).
+type KeyNames struct {
+	Lock    string // the holder, its token and acquisitions; expires with the lease
+	Token   string // the last token minted; outlives the lock (Options.TokenTTL)
+	Queue   string // the waiters in FIFO order
+	Waiters string // the waiters' heartbeats
+	Channel string // where hand-offs are announced
+}
+
+// KeyNamesFor returns the Redis names a Locker with Options.Prefix prefix
+// ("" for the default) uses for key, for inspecting a lock's state from
+// outside. Deleting them (Token included) is what a failover to a replica that
+// missed them does; the tokens minted afterwards are still larger. The error
+// wraps [ErrInvalidKey] or [ErrInvalidOptions].
+func KeyNamesFor(prefix, key string) (KeyNames, error) {
+	if prefix == "" {
+		prefix = defaultPrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return KeyNames{}, fmt.Errorf("%w: %s", ErrInvalidOptions, err.Error())
+	}
+	if err := ValidateKey(key); err != nil {
+		return KeyNames{}, err
+	}
+	k := keysFor(prefix, key)
+	return KeyNames{Lock: k.lock, Token: k.token, Queue: k.q, Waiters: k.w, Channel: k.ch}, nil
+}

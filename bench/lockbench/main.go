@@ -145,10 +145,6 @@ func (bn *bench) cleanup() {
 	}
 }
 
-func (bn *bench) queueLen(ctx context.Context, c *redis.Client, key string) int64 {
-	return c.ZCard(ctx, bn.prefix+":{"+key+"}:q").Val()
-}
-
 // handOff ping-pongs one key between two Lockers: each round the other one
 // queues, then the holder unlocks.
 func (bn *bench) handOff(ctx context.Context, n int) (p50Return, p50Start time.Duration, err error) {
@@ -159,6 +155,10 @@ func (bn *bench) handOff(ctx context.Context, n int) (p50Return, p50Start time.D
 	}
 	defer ls[0].Close()
 	defer ls[1].Close()
+	names, err := redislock.KeyNamesFor(bn.prefix, "handoff")
+	if err != nil {
+		return 0, 0, err
+	}
 	holder, err := ls[0].Lock(ctx, "handoff")
 	if err != nil {
 		return 0, 0, err
@@ -175,7 +175,7 @@ func (bn *bench) handOff(ctx context.Context, n int) (p50Return, p50Start time.D
 			lk, err := ls[(i+1)%2].Lock(ctx, "handoff")
 			next <- got{lk, time.Now(), err}
 		}()
-		for bn.queueLen(ctx, admin, "handoff") == 0 {
+		for admin.ZCard(ctx, names.Queue).Val() == 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
 		start := time.Now()

@@ -267,7 +267,11 @@ func TestGracefulShutdown(t *testing.T) {
 // notification of that, so the queue is polled.
 func waitQueued(t *testing.T, rdb *redis.Client, prefix string) {
 	t.Helper()
-	q := prefix + ":{" + lockKey("widget") + "}:q"
+	names, err := redislock.KeyNamesFor(prefix, lockKey("widget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := names.Queue
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, err := rdb.ZCard(context.Background(), q).Result()

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redfence/redfence/redislock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -173,11 +174,13 @@ func (s *stalls) lockTaken(ctx context.Context, inst *instance, key string) {
 // its lease), so it goes on to write without having heard of the loss, as a
 // holder cut off from Redis would.
 func (s *stalls) loseGrant(ctx context.Context, inst *instance, key string) {
-	// The names follow redislock's key layout: <prefix>:{<key>}:<part>.
-	base := s.prefix + ":{" + key + "}:"
-	n, err := inst.rdb.Del(ctx, base+"lock", base+"token", base+"q", base+"w").Result()
+	names, err := redislock.KeyNamesFor(s.prefix, key)
+	var n int64
+	if err == nil {
+		n, err = inst.rdb.Del(ctx, names.Lock, names.Token, names.Queue, names.Waiters).Result()
+	}
 	if err == nil && n == 0 {
-		err = fmt.Errorf("no lock keys found under %s*", base)
+		err = fmt.Errorf("no lock keys found for %q", key)
 	}
 	if err != nil {
 		s.mu.Lock()
