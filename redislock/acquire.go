@@ -58,6 +58,9 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 		return r, sent, fmt.Errorf("redislock: unexpected acquire reply %v", res)
 	}
 	flag, _ := res[0].(int64)
+	if flag == -1 {
+		return r, sent, fmt.Errorf("%w: the stored token is 2^64-1", ErrTokenOverflow)
+	}
 	pttl, _ := res[2].(int64)
 	r.granted = flag == 1
 	r.pttl = time.Duration(pttl) * time.Millisecond
@@ -146,6 +149,8 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.giveUp(ctx, ctx.Err())
+		case errors.Is(err, ErrTokenOverflow):
+			return nil, a.giveUp(ctx, a.callErr(ctx, err))
 		case err != nil:
 			if time.Since(lastDenied) > l.opt.WaiterTimeout {
 				// Our entry has expired by now; stop rather than wait unseen.
@@ -196,7 +201,7 @@ func (a *attempt) leave() {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
 	defer cancel()
-	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd).Err()
+	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Err()
 	if err != nil {
 		l.opt.Logger.Warn("redislock: leaving the queue failed; the entry expires by itself",
 			"key", a.key, "err", err)

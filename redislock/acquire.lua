@@ -6,19 +6,28 @@
 --    {0, "", ms, head[, seq]}           not granted; ms = holder's lease left (-1 unknown),
 --                                       head = 1 when this waiter is first in the queue,
 --                                       seq = its queue sequence (absent for TryLock)
+--    {-1, "", -1}                       not granted and out of the queue: the stored token
+--                                       is 2^64-1, no larger one can be minted
 -- A waiter calls it again on every re-check: that call is also its heartbeat.
 -- The fast path (free lock, nobody queued, stored token below 2^53) comes
 -- first and returns before the helpers of the other cases are even defined.
 local lock, token_key, q, w, ch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, owner = ARGV[1], ARGV[2]
-local state = redis.call('MGET', lock, token_key)
-if not state[1] and redis.call('EXISTS', q) == 0 then
-  local stored, rel = '0', ''
-  if state[2] then stored, rel = string.match(state[2], '^(%d+)(.*)$') end
-  if stored and (#stored < 16 or (#stored == 16 and stored < '9007199254740992')) then
+local held = redis.call('GET', lock)
+if not held and redis.call('EXISTS', q) == 0 then
+  -- Only the token's digits are read and, mostly, overwritten in place: the
+  -- released ids after them (see lib_token.lua) run to a few KB on a busy key.
+  local stored = string.match(redis.call('GETRANGE', token_key, 0, 20), '^%d*')
+  if #stored < 16 or (#stored == 16 and stored < '9007199254740992') then
     local t = redis.call('TIME')
-    local tok = string.format('%.0f', math.max(stored + 1, t[1] * 1000000 + t[2]))
-    redis.call('SET', token_key, tok .. rel, 'PX', ARGV[4])
+    local tok = string.format('%.0f', math.max((tonumber(stored) or 0) + 1, t[1] * 1000000 + t[2]))
+    if #tok == #stored then
+      redis.call('SETRANGE', token_key, 0, tok)
+      redis.call('PEXPIRE', token_key, ARGV[4])
+    else -- absent, malformed, or the token grows a digit
+      local v = redis.call('GET', token_key)
+      redis.call('SET', token_key, tok .. (v and string.match(v, '^%d+(.*)$') or ''), 'PX', ARGV[4])
+    end
     redis.call('SET', lock, tok .. '|' .. id .. '|' .. owner, 'PX', ARGV[3])
     return {1, tok, tonumber(ARGV[3])}
   end
@@ -68,7 +77,13 @@ local function reenter(tok, ids)
   return {1, tok, pttl}
 end
 
-local tok, ids, holder = parse_lock(state[1])
+-- overflow takes the caller out of the queue: no token is left to grant it.
+local function overflow()
+  unqueue(q, w, id)
+  return {-1, '', -1}
+end
+
+local tok, ids, holder = parse_lock(held)
 if tok then
   if has_id(ids, id) then -- handed over to this waiter already
     unqueue(q, w, id)
@@ -81,19 +96,28 @@ end
 
 local nowus = now_us()
 if redis.call('EXISTS', q) == 0 then
-  return {1, grant(lock, token_key, id, owner, lease, token_ttl, nowus, state[2]), lease}
+  tok = grant(lock, token_key, id, owner, lease, token_ttl, nowus)
+  if not tok then return overflow() end
+  return {1, tok, lease}
 end
 if not try then heartbeat(math.floor(nowus / 1000)) end
+-- false (undetermined) grants nothing: a live waiter may be queued behind
+-- the dead entries still to be swept.
 local head = live_head(q, w, math.floor(nowus / 1000))
 if head == nil or head == id then
   tok = grant(lock, token_key, id, owner, lease, token_ttl, nowus)
+  if not tok then return overflow() end
   unqueue(q, w, id)
   return {1, tok, lease}
 end
--- The lock is free but someone else is first: its holder ended without
--- unlocking. Pass it to the head now rather than waiting for the head's re-check.
-hand_off(lock, token_key, q, w, ch, pubcmd, token_ttl, nowus)
+if head then
+  -- The lock is free but someone else is first: its holder ended without
+  -- unlocking. Pass it to the head now rather than waiting for the head's
+  -- re-check; the head may be this caller's owner, which then reenters.
+  local _, exhausted = hand_off(lock, token_key, q, w, ch, pubcmd, token_ttl, nowus)
+  if exhausted then return overflow() end
+  tok, ids, holder = parse_lock(redis.call('GET', lock))
+  if holder == owner then return reenter(tok, ids) end
+end
 if try then return {0, '', redis.call('PTTL', lock), 0} end
-tok, ids, holder = parse_lock(redis.call('GET', lock))
-if holder == owner then return reenter(tok, ids) end
 return enqueue(nowus)

@@ -27,4 +27,10 @@ var (
 	// Options.MinReplicas replicas acknowledged a grant within
 	// Options.ReplicaTimeout. The grant has been undone.
 	ErrNotReplicated = errors.New("redislock: grant not acknowledged by enough replicas")
+	// ErrTokenOverflow is returned by RaiseTokenFloor for a floor that leaves
+	// no token above it, and joined with ErrNotAcquired when a key's stored
+	// token has reached 2^64-1, so that no larger one can be minted. Nothing
+	// is written in either case; reentrant acquisitions by the current holder
+	// still succeed.
+	ErrTokenOverflow = errors.New("redislock: fencing token would exceed 2^64-1")
 )

@@ -1,5 +1,6 @@
 -- leave.lua: KEYS[1..5] lock, token, q, w, ch (layout in lib_lock.lua, lib_token.lua, lib_queue.lua)
---   ARGV[1] acquisition (waiter) id, ARGV[2] token TTL ms, ARGV[3] publish command
+--   ARGV[1] acquisition (waiter) id, ARGV[2] token TTL ms, ARGV[3] publish command,
+--   ARGV[4] ms a release stays known to retries (absent: as long as kept)
 -- => 1 if a grant to this waiter was found and released, else 0
 -- Idempotent: a waiter that gives up runs it on every exit path. A lock that
 -- was handed to the waiter meanwhile goes on to the next live waiter, and a
@@ -13,7 +14,7 @@ unqueue(q, w, id)
 local v = redis.call('GET', lock)
 local tok, ids = parse_lock(v)
 if tok and has_id(ids, id) then
-  release(lock, token_key, q, w, ch, pubcmd, id, token_ttl, v)
+  release(lock, token_key, q, w, ch, pubcmd, id, token_ttl, tonumber(ARGV[4]) or token_ttl, v)
   return 1
 end
 if not tok and redis.call('EXISTS', q) == 1 then

@@ -28,38 +28,64 @@ local function unqueue(q, w, id)
   end
 end
 
+-- SWEEP is the most dead entries one call drops from the head of the queue,
+-- so that a crowd of dead waiters never blocks the server for long.
+local SWEEP = 1024
+
 -- live_head drops dead or inconsistent entries from the head of the queue and
--- returns the first live waiter's id, hand-off lease and owner (nil if none).
+-- returns the first live waiter's id, hand-off lease and owner; nil when the
+-- queue is empty, false when SWEEP dead entries were dropped and more may
+-- follow. false means "unknown": nobody may be granted the lock then, since a
+-- live waiter may still be queued behind them; later calls sweep on.
 local function live_head(q, w, nowms)
-  for _ = 1, 1000 do
-    local head = redis.call('ZRANGE', q, 0, 0)[1]
-    if not head then
+  local n, swept = 1, 0 -- the head is usually live: look at one entry first
+  while swept < SWEEP do
+    local ids = redis.call('ZRANGE', q, 0, n - 1)
+    if #ids == 0 then
       redis.call('DEL', w)
       return nil
     end
-    local deadline, lease, owner = parse_waiter(redis.call('HGET', w, head))
-    if deadline and deadline >= nowms then return head, lease, owner end
-    redis.call('ZREM', q, head)
-    redis.call('HDEL', w, head)
+    local vals = redis.call('HMGET', w, unpack(ids))
+    local dead = #ids
+    local head, lease, owner
+    for i = 1, #ids do
+      local deadline, l, o = parse_waiter(vals[i])
+      if deadline and deadline >= nowms then
+        dead, head, lease, owner = i - 1, ids[i], l, o
+        break
+      end
+    end
+    if dead > 0 then
+      redis.call('ZREM', q, unpack(ids, 1, dead))
+      redis.call('HDEL', w, unpack(ids, 1, dead))
+      swept = swept + dead
+    end
+    if head then return head, lease, owner end
+    n = 128
   end
-  return nil
+  return false
 end
 
--- grant gives the free (absent) lock to acquisition id and returns the token;
--- raw as for mint.
-local function grant(lock, token_key, id, owner, lease, token_ttl, nowus, raw)
-  local tok = mint(token_key, token_ttl, nowus, raw)
+-- grant gives the free (absent) lock to acquisition id and returns the token,
+-- or nil, changing nothing, when no token is left (see mint).
+local function grant(lock, token_key, id, owner, lease, token_ttl, nowus)
+  local tok = mint(token_key, token_ttl, nowus)
+  if not tok then return nil end
   redis.call('SET', lock, tok .. '|' .. id .. '|' .. owner, 'PX', lease)
   return tok
 end
 
 -- hand_off gives the free lock to the live head of the queue, if any, and
--- tells it on the lock's channel. It returns the head's id or nil.
+-- tells it on the lock's channel. It returns the head's id, or nil when
+-- nobody was granted the lock; then the second result is true when that was
+-- because no token is left. A head not granted for that reason stays queued
+-- and learns it on its next call.
 local function hand_off(lock, token_key, q, w, ch, pubcmd, token_ttl, nowus)
   local head, lease, owner = live_head(q, w, math.floor(nowus / 1000))
-  if not head then return nil end
+  if not head then return nil, false end
   local tok = grant(lock, token_key, head, owner, lease, token_ttl, nowus)
+  if not tok then return nil, true end
   unqueue(q, w, head)
   redis.call(pubcmd, ch, head .. ' ' .. tok)
-  return head
+  return head, false
 end

@@ -3,16 +3,17 @@
 
 -- release drops acquisition id; when it was the last one the lock goes to the
 -- next live waiter. It returns 1 if released now or before, 0 if not held.
--- v is the lock's value when the caller has read it already (false: absent),
--- nil otherwise; queued likewise whether q exists.
-local function release(lock, token_key, q, w, ch, pubcmd, id, token_ttl, v, queued)
+-- window (ms) is how long the release must be remembered for a retry to be
+-- answered 1. v is the lock's value when the caller has read it already
+-- (false: absent), nil otherwise; queued likewise whether q exists.
+local function release(lock, token_key, q, w, ch, pubcmd, id, token_ttl, window, v, queued)
   if v == nil then v = redis.call('GET', lock) end
   local tok, ids, owner = parse_lock(v)
   if not tok or not has_id(ids, id) then
     if was_released(token_key, id) then return 1 end
     return 0
   end
-  remember(token_key, id, token_ttl)
+  remember(token_key, id, token_ttl, window)
   local rest = remove_id(ids, id)
   if rest ~= '' then
     redis.call('SET', lock, tok .. '|' .. rest .. '|' .. owner, 'KEEPTTL')

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,12 @@ type Locker struct {
 	bg    sync.WaitGroup
 	subs  map[int]*subscriber
 	renew *renewer
+	// subsRunning tracks the dispatch goroutines of subscribers, including
+	// retired ones no longer in subs.
+	subsRunning sync.WaitGroup
+	// subsPruneAt is the size of subs at which idle subscribers that never
+	// connected are dropped before another is added.
+	subsPruneAt int
 }
 
 // New returns a Locker using rdb, a *redis.Client, *redis.ClusterClient or
@@ -46,7 +54,7 @@ type Locker struct {
 func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	l := &Locker{rdb: rdb, closing: make(chan struct{}), subs: map[int]*subscriber{}, pubcmd: "PUBLISH"}
 	l.opt, l.err = opt.withDefaults()
-	if l.err == nil && rdb == nil {
+	if l.err == nil && isNil(rdb) {
 		l.err = fmt.Errorf("%w: nil Redis client", ErrInvalidOptions)
 	}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
@@ -59,6 +67,16 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	l.args = scriptArgs{lease: l.msArg(l.opt.LeaseTTL), tokenTTL: l.msArg(l.opt.TokenTTL),
 		waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
 	return l
+}
+
+// isNil tells whether rdb is nil, including a nil pointer of a client type
+// (a *redis.Client that was never set), which would panic on first use.
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // scriptArgs are the script arguments fixed for a Locker, formatted once and
@@ -102,15 +120,16 @@ func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond
 // place in the queue is given up in the background, after any such request
 // has finished (a grant that arrived at the same moment is passed on to the
 // next waiter), and Close waits for that. Other errors: ErrInvalidKey,
-// ErrInvalidOptions, ErrClosed (joined with ErrNotAcquired) and Redis errors
-// (joined with ErrNotAcquired); on those the queue is left before Lock
+// ErrInvalidOptions, ErrClosed, ErrTokenOverflow and Redis errors (the last
+// three joined with ErrNotAcquired); on those the queue is left before Lock
 // returns, as long as ctx lasts.
 func (l *Locker) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return l.lock(ctx, key, false, opts)
 }
 
 // TryLock acquires the lock named key only if it is free and nobody waits for
-// it (or it is held by the same owner, see WithOwner); otherwise it returns
+// it, or when its holder is the same owner (see WithOwner), which includes a
+// lock free for the owner's own queued Lock to take; otherwise it returns
 // ErrNotAcquired at once without queueing. ctx bounds the round trip.
 func (l *Locker) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return l.lock(ctx, key, true, opts)
@@ -153,13 +172,19 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 // stored token becomes max(stored, floor). Use it when the protected resource
 // reports a token higher than Redis minted, which happens when a failover
 // brought a server whose clock is behind the old one. The floor is kept for
-// Options.TokenTTL.
+// Options.TokenTTL. A floor of 2^64-1 leaves no token above it and is refused
+// with ErrTokenOverflow, writing nothing; a floor close to it leaves only the
+// tokens in between, after which Lock fails with ErrTokenOverflow until the
+// token key expires.
 func (l *Locker) RaiseTokenFloor(ctx context.Context, key string, floor uint64) error {
 	if l.err != nil {
 		return l.err
 	}
 	if err := ValidateKey(key); err != nil {
 		return err
+	}
+	if floor == math.MaxUint64 {
+		return fmt.Errorf("%w: floor %d of %q leaves no token above it", ErrTokenOverflow, floor, key)
 	}
 	if !l.enter() {
 		return ErrClosed
@@ -207,6 +232,7 @@ func (l *Locker) Close() error {
 	for _, s := range subs {
 		s.close()
 	}
+	l.subsRunning.Wait()
 	return err
 }
 
@@ -218,7 +244,7 @@ func (l *Locker) releaseAll(held []*Lock) error {
 	defer cancel()
 	var first error
 	for _, lk := range held {
-		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd).Err()
+		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Err()
 		if err != nil && first == nil {
 			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
 		}
@@ -281,7 +307,8 @@ type pending struct {
 	done  chan error
 }
 
-// subscriberFor returns the subscriber for the slot of k, creating it.
+// subscriberFor returns the subscriber for the slot of k, creating it. The
+// caller must register with it once; until then it stays in service.
 func (l *Locker) subscriberFor(k lockKeys) *subscriber {
 	slot := 0
 	if l.cluster {
@@ -291,10 +318,32 @@ func (l *Locker) subscriberFor(k lockKeys) *subscriber {
 	defer l.mu.Unlock()
 	s := l.subs[slot]
 	if s == nil {
-		s = newSubscriber(l)
+		if len(l.subs) >= l.subsPruneAt {
+			l.pruneSubs()
+		}
+		s = newSubscriber(l, slot)
 		l.subs[slot] = s
 	}
+	s.mu.Lock()
+	s.pending++
+	s.mu.Unlock()
 	return s
+}
+
+// pruneSubs drops the subscribers that serve nobody and never connected
+// (those of locks that were always free): the ones that connected retire by
+// themselves. It runs when subs has doubled since the last time, so that its
+// cost per new subscriber stays constant. The caller holds l.mu.
+func (l *Locker) pruneSubs() {
+	for slot, s := range l.subs {
+		s.mu.Lock()
+		if !s.started && s.unused() {
+			s.closed = true
+			delete(l.subs, slot)
+		}
+		s.mu.Unlock()
+	}
+	l.subsPruneAt = max(2*len(l.subs), 64)
 }
 
 // scripter returns the client a pipeline with WAIT must use: WAIT has no key,

@@ -25,21 +25,23 @@ type Options struct {
 	// heartbeat; a crashed waiter stops blocking the queue after it. It is
 	// also the lease of a lock handed to a waiter until that waiter's Locker
 	// renews it, so that a waiter which died just before its turn delays the
-	// others by at most about WaiterTimeout. Capped at LeaseTTL.
-	// default: 5s
+	// others by at most about WaiterTimeout. At least 2ms; capped at LeaseTTL.
+	// default: 5s, or 3×RecheckInterval when that is longer; at most LeaseTTL
 	WaiterTimeout time.Duration
 
 	// RecheckInterval bounds every wait: a waiter re-checks the lock (which
 	// also refreshes its heartbeat) at least this often, and the first waiter
-	// re-checks as soon as the holder's lease ends. At most WaiterTimeout/2.
-	// default: WaiterTimeout/3
+	// re-checks as soon as the holder's lease ends. At least 1ms and at most
+	// WaiterTimeout/2.
+	// default: WaiterTimeout/3, at least 1ms
 	RecheckInterval time.Duration
 
-	// TokenTTL is how long the stored token of an unused lock name is kept.
+	// TokenTTL is how long the stored token of an unused lock name is kept,
+	// with the released acquisition ids that answer retried unlocks.
 	// Letting it expire is safe: new tokens are never below the server time in
 	// µs. It only matters for floors raised with RaiseTokenFloor above that
 	// time. At least LeaseTTL.
-	// default: 720h (30 days)
+	// default: 720h (30 days), or 2×LeaseTTL when that is longer
 	TokenTTL time.Duration
 
 	// MinReplicas is the number of replicas that must acknowledge a grant
@@ -75,10 +77,14 @@ const (
 	defaultTokenTTL       = 30 * 24 * time.Hour
 	defaultReplicaTimeout = time.Second
 	minLeaseTTL           = 30 * time.Millisecond
+	minRecheckInterval    = time.Millisecond
+	minWaiterTimeout      = 2 * minRecheckInterval
 )
 
 // withDefaults returns a copy of o with every default applied, or an error
-// naming the first invalid field.
+// naming the first invalid field. Defaults that depend on other fields follow
+// the values the caller set, so an error only ever names fields the caller
+// set.
 func (o *Options) withDefaults() (Options, error) {
 	var c Options
 	if o != nil {
@@ -105,33 +111,54 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.MinReplicas < 0 {
 		return bad("MinReplicas is negative (%d)", c.MinReplicas)
 	}
-	if c.LeaseTTL == 0 {
+	leaseSet, waiterSet, recheckSet := c.LeaseTTL != 0, c.WaiterTimeout != 0, c.RecheckInterval != 0
+
+	if !leaseSet {
 		c.LeaseTTL = defaultLeaseTTL
 	}
 	if c.LeaseTTL < minLeaseTTL {
 		return bad("LeaseTTL %v is shorter than %v", c.LeaseTTL, minLeaseTTL)
 	}
-	if c.WaiterTimeout == 0 {
-		c.WaiterTimeout = min(defaultWaiterTimeout, c.LeaseTTL)
+
+	if recheckSet && c.RecheckInterval < minRecheckInterval {
+		return bad("RecheckInterval %v is shorter than %v", c.RecheckInterval, minRecheckInterval)
 	}
-	if c.WaiterTimeout > c.LeaseTTL {
-		c.WaiterTimeout = c.LeaseTTL
+	switch {
+	case waiterSet && c.WaiterTimeout < minWaiterTimeout:
+		return bad("WaiterTimeout %v is shorter than %v: a waiter re-checks twice per timeout, at most once per %v",
+			c.WaiterTimeout, minWaiterTimeout, minRecheckInterval)
+	case !waiterSet:
+		c.WaiterTimeout = max(defaultWaiterTimeout, 3*c.RecheckInterval)
 	}
-	if c.RecheckInterval == 0 {
-		c.RecheckInterval = c.WaiterTimeout / 3
+	c.WaiterTimeout = min(c.WaiterTimeout, c.LeaseTTL) // a waiter's entry never outlives a lease
+
+	if !recheckSet {
+		c.RecheckInterval = max(c.WaiterTimeout/3, minRecheckInterval)
 	}
 	if c.RecheckInterval > c.WaiterTimeout/2 {
-		return bad("RecheckInterval %v is more than WaiterTimeout/2 (%v): live waiters would be dropped",
-			c.RecheckInterval, c.WaiterTimeout/2)
+		// Only a RecheckInterval the caller set can get here: the default is
+		// at most WaiterTimeout/2 since WaiterTimeout is at least 2ms.
+		switch {
+		case waiterSet && c.WaiterTimeout == o.WaiterTimeout:
+			return bad("RecheckInterval %v is more than half of WaiterTimeout %v: live waiters would be dropped",
+				c.RecheckInterval, c.WaiterTimeout)
+		case leaseSet:
+			return bad("RecheckInterval %v is more than half of LeaseTTL %v, which caps the waiter timeout: "+
+				"live waiters would be dropped", c.RecheckInterval, c.LeaseTTL)
+		default:
+			return bad("RecheckInterval %v is more than %v, half of the longest waiter timeout (the default lease): "+
+				"live waiters would be dropped", c.RecheckInterval, c.WaiterTimeout/2)
+		}
 	}
-	if c.RecheckInterval < time.Millisecond {
-		return bad("RecheckInterval %v is shorter than 1ms", c.RecheckInterval)
-	}
+
 	if c.TokenTTL == 0 {
-		c.TokenTTL = defaultTokenTTL
+		c.TokenTTL = max(defaultTokenTTL, 2*c.LeaseTTL)
 	}
 	if c.TokenTTL < c.LeaseTTL {
-		return bad("TokenTTL %v is shorter than LeaseTTL %v", c.TokenTTL, c.LeaseTTL)
+		if leaseSet {
+			return bad("TokenTTL %v is shorter than LeaseTTL %v", c.TokenTTL, c.LeaseTTL)
+		}
+		return bad("TokenTTL %v is shorter than the lease (%v by default)", c.TokenTTL, c.LeaseTTL)
 	}
 	if c.ReplicaTimeout == 0 {
 		c.ReplicaTimeout = defaultReplicaTimeout

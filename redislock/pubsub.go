@@ -14,9 +14,13 @@ import (
 // (in one hash slot, for a cluster) over one pub/sub connection, and routes
 // each message to its waiter by id. Channels are subscribed while someone
 // waits on them and dropped after lingering idle for a while, so that
-// back-to-back waits on a hot lock do not resubscribe every time.
+// back-to-back waits on a hot lock do not resubscribe every time. A
+// subscriber left with no channel retires: it closes its connection and
+// leaves the Locker, so that a Locker waiting on ever new hash slots keeps
+// connections only for the slots waited on lately.
 type subscriber struct {
-	l *Locker
+	l    *Locker
+	slot int // its key in Locker.subs
 
 	io sync.Mutex // orders SUBSCRIBE/UNSUBSCRIBE writes; guards ps creation
 	ps *redis.PubSub
@@ -24,7 +28,10 @@ type subscriber struct {
 	mu      sync.Mutex
 	chans   map[string]*chanState
 	waiters map[string]*waiter
-	closed  bool
+	// pending counts the callers given this subscriber by subscriberFor that
+	// have not registered yet; it must not retire under them.
+	pending int
+	closed  bool          // closed or retired: it subscribes no more
 	done    chan struct{} // closed when the dispatch goroutine ends (if started)
 	started bool
 }
@@ -43,15 +50,18 @@ type waiter struct {
 	subscribed bool // the channel was confirmed when the waiter registered
 }
 
-func newSubscriber(l *Locker) *subscriber {
-	return &subscriber{l: l, chans: map[string]*chanState{}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+func newSubscriber(l *Locker, slot int) *subscriber {
+	return &subscriber{l: l, slot: slot, chans: map[string]*chanState{}, waiters: map[string]*waiter{},
+		done: make(chan struct{})}
 }
 
-// register makes messages for waiter id on ch reach the returned waiter.
+// register makes messages for waiter id on ch reach the returned waiter. The
+// subscriber must come from subscriberFor, once per register.
 func (s *subscriber) register(id, ch string) *waiter {
 	w := &waiter{id: id, ch: ch, grant: make(chan uint64, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pending--
 	cs := s.chans[ch]
 	if cs == nil {
 		cs = &chanState{confirmed: make(chan struct{})}
@@ -134,7 +144,14 @@ func (s *subscriber) send(ctx context.Context, ch string) error {
 			s.ps = s.l.rdb.Subscribe(ctx, ch)
 		}
 		msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
-		go s.dispatch(msgs)
+		// Close waits for this goroutine even after the subscriber retired.
+		// send runs on a goroutine owned by a call in flight, so Close is not
+		// waiting yet.
+		s.l.subsRunning.Add(1)
+		go func() {
+			defer s.l.subsRunning.Done()
+			s.dispatch(msgs)
+		}()
 		return nil
 	}
 	if s.l.cluster {
@@ -143,10 +160,12 @@ func (s *subscriber) send(ctx context.Context, ch string) error {
 	return s.ps.Subscribe(ctx, ch)
 }
 
+// dispatch routes the messages until the connection is closed, by close or
+// on retirement.
 func (s *subscriber) dispatch(msgs <-chan any) {
 	defer close(s.done)
 	linger := max(s.l.opt.WaiterTimeout, time.Second)
-	sweep := time.NewTicker(linger)
+	sweep := time.NewTicker(linger / 2)
 	defer sweep.Stop()
 	for {
 		select {
@@ -199,19 +218,28 @@ func (s *subscriber) deliver(payload string) {
 	}
 }
 
-// sweep unsubscribes channels nobody has waited on for linger.
+// sweep unsubscribes channels nobody has waited on for linger, and retires
+// the subscriber when no channel is left.
 func (s *subscriber) sweep(linger time.Duration) {
 	s.io.Lock()
 	defer s.io.Unlock()
 	var idle []string
+	now := time.Now()
 	s.mu.Lock()
 	for ch, cs := range s.chans {
-		if cs.refs == 0 && cs.isConfirmed && time.Since(cs.idleSince) >= linger {
+		// A channel whose SUBSCRIBE is on its way stays until answered.
+		if cs.refs == 0 && !cs.subscribing && now.Sub(cs.idleSince) >= linger {
 			idle = append(idle, ch)
 			delete(s.chans, ch)
 		}
 	}
+	empty := len(s.chans) == 0
 	s.mu.Unlock()
+	if empty && s.retire() {
+		// Closing the connection drops its subscriptions and ends dispatch.
+		_ = s.ps.Close()
+		return
+	}
 	if len(idle) == 0 {
 		return
 	}
@@ -226,6 +254,30 @@ func (s *subscriber) sweep(linger time.Duration) {
 	if err != nil {
 		s.l.opt.Logger.Warn("redislock: unsubscribe failed", "err", err)
 	}
+}
+
+// retire takes s out of the Locker if nobody uses it, and reports whether it
+// did; s subscribes no more then. The caller holds s.io.
+func (s *subscriber) retire() bool {
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.unused() {
+		return false
+	}
+	s.closed = true
+	if l.subs[s.slot] == s {
+		delete(l.subs, s.slot)
+	}
+	return true
+}
+
+// unused reports whether s serves nobody and nobody is about to register.
+// The caller holds s.mu.
+func (s *subscriber) unused() bool {
+	return !s.closed && s.pending == 0 && len(s.waiters) == 0 && len(s.chans) == 0
 }
 
 // close ends the subscription and waits for the dispatch goroutine.

@@ -7,25 +7,55 @@ import (
 	"time"
 )
 
-// renewer keeps the held locks of one Locker alive from a single goroutine:
-// every round renews all locks that are due, one script call per hash slot.
+// renewer keeps the held locks of one Locker alive. One goroutine (the loop)
+// owns the schedule: it declares a lock lost at its local deadline and starts
+// the renewals that fall due, one script call per hash slot, each on a
+// goroutine of its own. The loop never waits for Redis, so a call that hangs
+// delays neither the loss of any lock nor the renewal of locks it does not
+// carry. A lock is carried by one call at a time, until that call's own
+// deadline: a call still unanswered then is presumed stuck (a dead connection,
+// a client reconnecting) and the locks it carries that are still held go out
+// again in a new call.
 type renewer struct {
 	l *Locker
 
 	mu      sync.Mutex
-	locks   map[*Lock]struct{}
+	locks   map[*Lock]carrier
+	seq     uint64 // numbers the calls
 	running bool
 	stopped bool
 	// sleepUntil is when the loop will next look at the locks by itself.
 	sleepUntil time.Time
-	wake       chan struct{}
-	quit       chan struct{}
-	done       chan struct{}
+
+	wake    chan struct{}
+	replies chan renewReply
+	quit    chan struct{}
+	done    chan struct{}
+	// cancels ends the calls in flight, by number, when the renewer stops.
+	cancels map[uint64]context.CancelFunc
+	calls   sync.WaitGroup // renewal calls in flight
+}
+
+// carrier is the renewal call that carries a lock: seq 0 for none, or the
+// call's number and its deadline.
+type carrier struct {
+	seq   uint64
+	until time.Time
+}
+
+// renewReply is the outcome of one renewal call.
+type renewReply struct {
+	seq   uint64
+	locks []*Lock
+	sent  time.Time
+	res   []int64
+	err   error
 }
 
 func newRenewer(l *Locker) *renewer {
-	return &renewer{l: l, locks: map[*Lock]struct{}{}, wake: make(chan struct{}, 1),
-		quit: make(chan struct{}), done: make(chan struct{})}
+	return &renewer{l: l, locks: map[*Lock]carrier{}, wake: make(chan struct{}, 1),
+		replies: make(chan renewReply), quit: make(chan struct{}), done: make(chan struct{}),
+		cancels: map[uint64]context.CancelFunc{}}
 }
 
 // add starts renewing lk, whose lease ends no earlier than deadline. A full
@@ -43,20 +73,25 @@ func (r *renewer) add(lk *Lock, deadline time.Time, handoff bool) {
 	r.mu.Lock()
 	lk.deadline = deadline
 	lk.renewAt = deadline.Add(-margin)
-	r.locks[lk] = struct{}{}
+	r.locks[lk] = carrier{}
 	if !r.running && !r.stopped {
 		r.running = true
 		go r.loop()
 	}
-	// Wake the loop only when it would sleep past this lock's first renewal;
-	// a lock taken after the others usually falls due after them.
+	// Wake the loop only when it would sleep past this lock's first renewal
+	// (which comes before its loss); a lock taken after the others usually
+	// falls due after them.
 	wake := lk.renewAt.Before(r.sleepUntil)
 	r.mu.Unlock()
 	if wake {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
+		r.poke()
+	}
+}
+
+func (r *renewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -68,7 +103,8 @@ func (r *renewer) remove(lk *Lock) {
 	r.mu.Unlock()
 }
 
-// stop ends the goroutine and returns the locks that were still held.
+// stop ends the loop and the renewal calls, and returns the locks that were
+// still held.
 func (r *renewer) stop() []*Lock {
 	r.mu.Lock()
 	r.stopped = true
@@ -77,23 +113,38 @@ func (r *renewer) stop() []*Lock {
 	for lk := range r.locks {
 		held = append(held, lk)
 	}
-	r.locks = map[*Lock]struct{}{}
+	r.locks = map[*Lock]carrier{}
+	for _, cancel := range r.cancels {
+		cancel()
+	}
 	r.mu.Unlock()
 	close(r.quit)
 	if running {
 		<-r.done
 	}
+	r.calls.Wait()
 	return held
 }
 
+// lossGuard is how long before the lower bound of its lease end a lock is
+// declared lost, so that timer latency does not let Done close after the
+// lease may have ended in Redis.
+func (r *renewer) lossGuard() time.Duration {
+	return min(5*time.Millisecond, r.l.opt.WaiterTimeout/8)
+}
+
+// lossAt is when lk is declared lost unless a renewal confirms it first.
+// Callers hold r.mu.
+func (r *renewer) lossAt(lk *Lock) time.Time { return lk.deadline.Add(-r.lossGuard()) }
+
 func (r *renewer) loop() {
 	defer close(r.done)
-	lease := r.l.opt.LeaseTTL
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		var due []*Lock
+		r.expire(now)
+		r.startDue(now)
 		// Look again at least every WaiterTimeout/6 even with nothing due: a
 		// lock added later falls due no earlier than that (a full lease a
 		// third of LeaseTTL on, a hand-off at least WaiterTimeout/2 after
@@ -102,27 +153,8 @@ func (r *renewer) loop() {
 		// goroutine switch on the hot path.
 		next := now.Add(r.l.opt.WaiterTimeout / 6)
 		r.mu.Lock()
-		for lk := range r.locks {
-			// Renew early whatever falls due soon, so renewals of locks
-			// taken at different moments fall into the same batch.
-			if lk.renewAt.Before(now.Add(lease / 6)) {
-				due = append(due, lk)
-			}
-		}
-		r.mu.Unlock()
-		if len(due) > 0 && !r.anyDue(due, now) {
-			due = nil
-		}
-		if len(due) > 0 {
-			r.renewAll(due)
-			continue
-		}
-		if r.expire(now) > 0 {
-			continue
-		}
-		r.mu.Lock()
-		for lk := range r.locks {
-			next = minTime(next, lk.deadline, lk.renewAt)
+		for lk, c := range r.locks {
+			next = minTime(next, r.lossAt(lk), maxTime(lk.renewAt, c.until))
 		}
 		r.sleepUntil = next
 		r.mu.Unlock()
@@ -130,15 +162,17 @@ func (r *renewer) loop() {
 		select {
 		case <-timer.C:
 		case <-r.wake:
+		case rep := <-r.replies:
+			r.apply(rep)
 		case <-r.quit:
 			return
 		}
 	}
 }
 
-// expire declares lost every lock whose lease has ended here without a
-// successful renewal, and returns how many there were.
-func (r *renewer) expire(now time.Time) int {
+// expire declares lost every lock whose lease may end by now without a
+// successful renewal, whatever the renewal calls carrying it are doing.
+func (r *renewer) expire(now time.Time) {
 	type expiry struct {
 		lk  *Lock
 		err error
@@ -146,7 +180,7 @@ func (r *renewer) expire(now time.Time) int {
 	var expired []expiry
 	r.mu.Lock()
 	for lk := range r.locks {
-		if !now.Before(lk.deadline) {
+		if !now.Before(r.lossAt(lk)) {
 			err := fmt.Errorf("%w: lease ended without a successful renewal", ErrLost)
 			if lk.lastErr != nil {
 				err = fmt.Errorf("%w: lease ended without a successful renewal: %w", ErrLost, lk.lastErr)
@@ -159,18 +193,42 @@ func (r *renewer) expire(now time.Time) int {
 	for _, e := range expired {
 		r.lose(e.lk, e.err)
 	}
-	return len(expired)
 }
 
-func (r *renewer) anyDue(locks []*Lock, now time.Time) bool {
+// startDue starts the renewal of the locks that are due and not carried by a
+// call already. Whatever falls due soon is renewed early along with them, so
+// that renewals of locks taken at different moments share one call.
+func (r *renewer) startDue(now time.Time) {
+	lease := r.l.opt.LeaseTTL
+	soon := now.Add(lease / 6)
+	var due []*Lock
+	anyDue := false
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, lk := range locks {
-		if !lk.renewAt.After(now) {
-			return true
+	for lk, c := range r.locks {
+		if lk.renewAt.Before(soon) && !now.Before(c.until) {
+			due = append(due, lk)
+			anyDue = anyDue || !lk.renewAt.After(now)
 		}
 	}
-	return false
+	r.mu.Unlock()
+	if !anyDue {
+		return
+	}
+	groups := map[int][]*Lock{}
+	for _, lk := range due {
+		slot := 0
+		if r.l.cluster {
+			slot = hashSlot(lk.k.lock)
+		}
+		groups[slot] = append(groups[slot], lk)
+	}
+	for _, g := range groups {
+		for len(g) > 0 {
+			n := min(len(g), 256)
+			r.renew(g[:n:n])
+			g = g[n:]
+		}
+	}
 }
 
 func minTime(t time.Time, more ...time.Time) time.Time {
@@ -182,89 +240,87 @@ func minTime(t time.Time, more ...time.Time) time.Time {
 	return t
 }
 
-// renewAll renews locks, one script call per hash slot (one call in all for a
-// non-cluster client), in chunks that keep each script short.
-func (r *renewer) renewAll(locks []*Lock) {
-	groups := map[int][]*Lock{}
-	for _, lk := range locks {
-		slot := 0
-		if r.l.cluster {
-			slot = hashSlot(lk.k.lock)
-		}
-		groups[slot] = append(groups[slot], lk)
+func maxTime(t, u time.Time) time.Time {
+	if u.After(t) {
+		return u
 	}
-	for _, g := range groups {
-		for len(g) > 0 {
-			n := min(len(g), 256)
-			r.renewBatch(g[:n])
-			g = g[n:]
-		}
-	}
+	return t
 }
 
-func (r *renewer) renewBatch(locks []*Lock) {
+// renew starts one script call renewing locks, all in one hash slot. Its
+// reply goes to the loop.
+func (r *renewer) renew(locks []*Lock) {
 	l := r.l
-	lease := l.opt.LeaseTTL
 	keys := make([]string, len(locks))
 	args := make([]any, 1, len(locks)+1)
-	args[0] = l.ms(lease)
+	args[0] = l.ms(l.opt.LeaseTTL)
 	r.mu.Lock()
-	earliest := time.Now().Add(lease / 3)
+	r.seq++
+	seq := r.seq
+	// Waiting for Redis past the first lease end is useless: that lock is
+	// lost by then, and the others go out again.
+	earliest := time.Now().Add(l.opt.LeaseTTL)
+	for _, lk := range locks {
+		earliest = minTime(earliest, lk.deadline)
+	}
 	for i, lk := range locks {
 		keys[i] = lk.k.lock
 		args = append(args, lk.id)
-		earliest = minTime(earliest, lk.deadline)
+		r.locks[lk] = carrier{seq: seq, until: earliest}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), earliest)
+	r.cancels[seq] = cancel
+	if r.stopped {
+		cancel() // stop has cancelled the others already
 	}
 	r.mu.Unlock()
-	// Never wait for Redis past the first lease end: loss must be noticed then.
-	ctx, cancel := context.WithDeadline(context.Background(), earliest)
-	defer cancel()
-	select {
-	case <-r.quit:
-		cancel()
-	default:
-	}
-	sent := time.Now()
-	// The client may not give up at the context deadline (a new connection's
-	// handshake, for one), so the call runs aside while the leases are watched
-	// here; there is never more than one call in flight.
-	type reply struct {
-		res []int64
-		err error
-	}
-	replied := make(chan reply, 1)
+	r.calls.Add(1)
 	go func() {
-		res, err := scriptRenew.Run(ctx, l.rdb, keys, args...).Int64Slice()
-		replied <- reply{res, err}
-	}()
-	timer := time.NewTimer(time.Until(earliest))
-	defer timer.Stop()
-	var rep reply
-	for waiting := true; waiting; {
+		defer r.calls.Done()
+		defer func() {
+			r.mu.Lock()
+			delete(r.cancels, seq)
+			r.mu.Unlock()
+			cancel()
+		}()
+		rep := renewReply{seq: seq, locks: locks, sent: time.Now()}
+		rep.res, rep.err = scriptRenew.Run(ctx, l.rdb, keys, args...).Int64Slice()
 		select {
-		case rep = <-replied:
-			waiting = false
-		case <-timer.C:
-			r.expire(time.Now())
-			timer.Reset(lease / 10)
+		case r.replies <- rep:
+		case <-r.quit:
 		}
-	}
+	}()
+}
+
+// apply records the outcome of a renewal call.
+func (r *renewer) apply(rep renewReply) {
+	lease := r.l.opt.LeaseTTL
 	res, err := rep.res, rep.err
-	if err == nil && len(res) != len(locks) {
-		err = fmt.Errorf("redislock: renew returned %d results for %d locks", len(res), len(locks))
+	if err == nil && len(res) != len(rep.locks) {
+		err = fmt.Errorf("redislock: renew returned %d results for %d locks", len(res), len(rep.locks))
 	}
 	var lost []*Lock
 	r.mu.Lock()
-	for i, lk := range locks {
-		if _, ok := r.locks[lk]; !ok {
-			continue // unlocked meanwhile
+	for i, lk := range rep.locks {
+		c, ok := r.locks[lk]
+		if !ok {
+			continue // unlocked or declared lost meanwhile
+		}
+		current := c.seq == rep.seq // not superseded by a later call
+		if current {
+			r.locks[lk] = carrier{}
 		}
 		switch {
 		case err != nil:
 			lk.lastErr = err
-			lk.renewAt = time.Now().Add(max(lease/30, time.Millisecond))
+			if current {
+				lk.renewAt = time.Now().Add(max(lease/30, time.Millisecond))
+			}
 		case res[i] == 1:
-			lk.deadline, lk.renewAt, lk.lastErr = sent.Add(lease), sent.Add(lease/3), nil
+			if end := rep.sent.Add(lease); end.After(lk.deadline) {
+				lk.deadline, lk.renewAt = end, rep.sent.Add(lease/3)
+			}
+			lk.lastErr = nil
 		default:
 			lost = append(lost, lk)
 			delete(r.locks, lk)
@@ -272,7 +328,7 @@ func (r *renewer) renewBatch(locks []*Lock) {
 	}
 	r.mu.Unlock()
 	if err != nil {
-		l.opt.Logger.Warn("redislock: renewal failed", "locks", len(locks), "err", err)
+		r.l.opt.Logger.Warn("redislock: renewal failed", "locks", len(rep.locks), "err", err)
 	}
 	for _, lk := range lost {
 		r.lose(lk, fmt.Errorf("%w: no longer held in Redis", ErrLost))
