@@ -22,9 +22,10 @@ func ensureQuery(resource string) string {
 }
 
 // Ensure creates the fence row of resource, with token 0, if it does not
-// exist yet. Call it on a *sql.DB (autocommit), outside the transaction that
-// will claim, before the first claim of a resource (or on every call: when
-// the row exists it costs one non-locking read).
+// exist yet. Call it on a *sql.DB, outside the transaction that will claim,
+// before the first claim of a resource. On a pool it runs in an explicit
+// transaction of its own (a DSN with autocommit=0 would otherwise leave the
+// new row uncommitted on a pooled connection).
 //
 // Why: when the fence row does not exist, [Claim] creates it inside the
 // caller's transaction. If that transaction rolls back while two or more
@@ -42,15 +43,16 @@ func Ensure(ctx context.Context, db Querier, resource string) error {
 	if err := validResource(resource); err != nil {
 		return err
 	}
-	var one int
-	err := db.QueryRowContext(ctx, ensureExistsQuery(resource)).Scan(&one)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("fence: ensure %q: %w", resource, err)
-	}
-	if _, err := db.ExecContext(ctx, ensureQuery(resource)); err != nil {
+	err := inTx(ctx, db, nil, func(q Querier) error {
+		var one int
+		err := q.QueryRowContext(ctx, ensureExistsQuery(resource)).Scan(&one)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		_, err = q.ExecContext(ctx, ensureQuery(resource))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("fence: ensure %q: %w", resource, err)
 	}
 	return nil

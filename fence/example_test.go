@@ -2,53 +2,78 @@ package fence_test
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
-	"log"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/redfence/redfence/fence"
-	"github.com/redfence/redfence/internal/testenv"
 	"github.com/redfence/redfence/migrations"
 )
 
-// exampleDB opens a database of its own on the test server (MYSQL_DSN) with
-// the fence table created; the returned function drops it. In an
-// application, db is your pool and migrations.Apply runs at start-up.
-func exampleDB() (*sql.DB, func()) {
-	cfg, err := mysql.ParseDSN(testenv.MySQLDSN())
-	if err != nil {
-		log.Fatal(err)
+// exampleDB connects to the MySQL server of MYSQL_DSN (default: root with an
+// empty password on 127.0.0.1:3306), creates a scratch database of the
+// example's own with the fence table, and returns it with a function that
+// drops it. An application opens its own schema instead, and runs
+// migrations.Apply once at start-up.
+func exampleDB(ctx context.Context) (*sql.DB, func(), error) {
+	dsn := os.Getenv("MYSQL_DSN")
+	if dsn == "" {
+		dsn = "root@tcp(127.0.0.1:3306)/?parseTime=true"
 	}
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		log.Fatal(err)
+		return nil, nil, fmt.Errorf("MYSQL_DSN: %w", err)
 	}
-	name := "rfexample_" + testenv.RandomHex(6)
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		log.Fatal(err)
+	cfg.DBName = "" // the server, to create the scratch database on
+	server, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := server.PingContext(ctx); err != nil {
+		_ = server.Close()
+		return nil, nil, fmt.Errorf("MySQL does not answer (set MYSQL_DSN=user:pass@tcp(host:port)/): %w", err)
+	}
+	name := "redfence_example_" + strings.ToLower(rand.Text())
+	if _, err := server.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		_ = server.Close()
+		return nil, nil, err
 	}
 	cfg.DBName = name
 	db, err := sql.Open("mysql", cfg.FormatDSN())
+	drop := func() {
+		if db != nil {
+			_ = db.Close()
+		}
+		if _, err := server.ExecContext(context.Background(), "DROP DATABASE "+name); err != nil {
+			fmt.Println("drop the scratch database:", err)
+		}
+		_ = server.Close()
+	}
+	if err == nil {
+		err = migrations.Apply(ctx, db) // creates the fence table
+	}
 	if err != nil {
-		log.Fatal(err)
+		drop()
+		return nil, nil, err
 	}
-	if err := migrations.Apply(context.Background(), db); err != nil {
-		log.Fatal(err)
-	}
-	return db, func() {
-		_ = db.Close()
-		_, _ = admin.Exec("DROP DATABASE " + name)
-		_ = admin.Close()
-	}
+	return db, drop, nil
 }
 
 func ExampleClaim() {
-	db, drop := exampleDB()
-	defer drop()
 	ctx := context.Background()
+	db, drop, err := exampleDB(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
 
 	// write runs one critical section of a lock holder: the claim first,
 	// then the business statements, all in one transaction.
@@ -69,7 +94,7 @@ func ExampleClaim() {
 	fmt.Println("holder 2, token 101:", write(101, "instance-b"))
 
 	// Holder 1 was paused past its lease and comes back with its old token.
-	err := write(100, "instance-a")
+	err = write(100, "instance-a")
 	var stale *fence.StaleError
 	if errors.As(err, &stale) {
 		fmt.Println("holder 1 again: stale, the fence holds", stale.Current)
@@ -81,42 +106,55 @@ func ExampleClaim() {
 }
 
 func ExampleLookup() {
-	db, drop := exampleDB()
-	defer drop()
 	ctx := context.Background()
+	db, drop, err := exampleDB(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	if err := fence.ClaimOp(ctx, tx, "orders:7", 5, "instance-a", "op-1f3c"); err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	if err := tx.Commit(); err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 
 	// Had COMMIT failed with a lost connection, this read on a fresh
 	// connection would tell whether it landed.
 	f, err := fence.Lookup(ctx, db, "orders:7")
 	if err != nil {
-		log.Fatal(err)
+		fmt.Println(err)
+		return
 	}
 	fmt.Println(f.Token, f.Owner, f.OpID, f.OpID == "op-1f3c")
 	// Output: 5 instance-a op-1f3c true
 }
 
 func ExampleUpdateToken() {
-	db, drop := exampleDB()
-	defer drop()
 	ctx := context.Background()
+	db, drop, err := exampleDB(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
 	for _, q := range []string{
 		"CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL," +
 			" fence_token BIGINT UNSIGNED NOT NULL DEFAULT 0, fence_owner VARBINARY(191) NOT NULL DEFAULT '')",
 		"INSERT INTO accounts (id, balance) VALUES (1, 100)",
 	} {
-		if _, err := db.Exec(q); err != nil {
-			log.Fatal(err)
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			fmt.Println(err)
+			return
 		}
 	}
 
@@ -132,8 +170,9 @@ func ExampleUpdateToken() {
 	fmt.Println(debit(7, "instance-a", 30))
 
 	var balance int
-	if err := db.QueryRow("SELECT balance FROM accounts WHERE id = 1").Scan(&balance); err != nil {
-		log.Fatal(err)
+	if err := db.QueryRowContext(ctx, "SELECT balance FROM accounts WHERE id = 1").Scan(&balance); err != nil {
+		fmt.Println(err)
+		return
 	}
 	fmt.Println("balance:", balance)
 	// Output:
@@ -144,15 +183,20 @@ func ExampleUpdateToken() {
 }
 
 func ExampleUpdateVersion() {
-	db, drop := exampleDB()
-	defer drop()
 	ctx := context.Background()
+	db, drop, err := exampleDB(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
 	for _, q := range []string{
 		"CREATE TABLE articles (id INT PRIMARY KEY, body TEXT NOT NULL, version BIGINT UNSIGNED NOT NULL DEFAULT 0)",
 		"INSERT INTO articles (id, body) VALUES (1, 'draft')",
 	} {
-		if _, err := db.Exec(q); err != nil {
-			log.Fatal(err)
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			fmt.Println(err)
+			return
 		}
 	}
 
@@ -174,9 +218,13 @@ func ExampleUpdateVersion() {
 }
 
 func ExampleRetryable() {
-	db, drop := exampleDB()
-	defer drop()
 	ctx := context.Background()
+	db, drop, err := exampleDB(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer drop()
 
 	// run retries the whole transaction when the error says it is worth it.
 	run := func(fn func(*sql.Tx) error) error {
@@ -198,7 +246,7 @@ func ExampleRetryable() {
 			}
 		}
 	}
-	err := run(func(tx *sql.Tx) error {
+	err = run(func(tx *sql.Tx) error {
 		return fence.Claim(ctx, tx, "jobs:nightly", 3, "worker-1")
 	})
 	fmt.Println(err)
@@ -209,4 +257,29 @@ func ExampleRetryable() {
 	// Output:
 	// <nil>
 	// true false
+}
+
+// With MySQL down, every example fails with its own message naming
+// MYSQL_DSN, rather than aborting the test binary.
+func TestExamplesFailCleanlyWhenMySQLIsDown(t *testing.T) {
+	const down = "127.0.0.1:1" // nothing listens on port 1
+	cmd := exec.Command(os.Args[0], "-test.run=^Example", "-test.count=1")
+	cmd.Env = append(os.Environ(), "MYSQL_DSN=root@tcp("+down+")/")
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if e, ok := err.(*exec.ExitError); !ok || e.ExitCode() != 1 {
+		t.Fatalf("examples with MySQL down: %v, want exit status 1\n%s", err, text)
+	}
+	for _, crash := range []string{"panic:", "goroutine ", "unexpected goroutines"} {
+		if strings.Contains(text, crash) {
+			t.Fatalf("examples with MySQL down crashed or leaked (%q)\n%s", crash, text)
+		}
+	}
+	const examples = 5
+	if n := strings.Count(text, "--- FAIL: Example"); n != examples {
+		t.Errorf("%d examples failed, want %d\n%s", n, examples, text)
+	}
+	if n := strings.Count(text, "got:\nMySQL does not answer (set MYSQL_DSN="); n != examples {
+		t.Errorf("%d examples said MySQL does not answer, want %d\n%s", n, examples, text)
+	}
 }

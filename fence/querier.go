@@ -47,3 +47,37 @@ func isNil(q Querier) bool {
 	}
 	return false
 }
+
+// beginner is the part of a pool that starts transactions.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// inTx runs f on q, in an explicit transaction of its own when q is a pool.
+//
+// A statement sent to a pool runs in a transaction of its own only while the
+// connection has autocommit on. A DSN with autocommit=0 turns it into the
+// first statement of a transaction that stays open on the pooled connection:
+// a row written that way stays uncommitted (and locked) until that
+// connection happens to commit, and a read sees a snapshot as old as that
+// transaction. An explicit transaction commits what it wrote and reads fresh
+// data whatever the DSN says.
+func inTx(ctx context.Context, q Querier, opts *sql.TxOptions, f func(Querier) error) (err error) {
+	b, ok := q.(beginner)
+	if !ok || !isPool(q) {
+		return f(q)
+	}
+	tx, err := b.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = f(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

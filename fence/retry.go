@@ -4,9 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -57,21 +54,27 @@ func Retryable(err error) bool {
 	return IsConnectionLost(err)
 }
 
-// IsConnectionLost reports whether err means the connection to the server
-// broke or was closed by the server: driver.ErrBadConn, the MySQL driver's
-// ErrInvalidConn, an unexpected EOF, a reset or broken pipe, a network
-// error, or a server error saying the connection was killed or the server is
-// shutting down. The transaction running on it is lost; if the error came
-// from COMMIT, whether it committed is unknown.
+// IsConnectionLost reports whether err says that the database connection it
+// came from broke or was closed by the server: database/sql's
+// driver.ErrBadConn, the MySQL driver's ErrInvalidConn, or a server error
+// saying the connection was killed or the server is shutting down. The
+// transaction running on it is lost; if the error came from COMMIT, whether
+// it committed is unknown.
+//
+// Only what the driver and the server report counts. io.EOF,
+// io.ErrUnexpectedEOF, syscall errors and net.Error are not looked for: the
+// MySQL driver never returns them for a broken connection of an established
+// session (it reports ErrInvalidConn), while application code wrapped around
+// a transaction returns them for its own reasons (an HTTP body cut short, a
+// parser reaching the end of its input), and taking those for a lost
+// database connection would run committed-looking work again. A failure to
+// dial a new connection is also not a lost connection: no transaction ran on
+// it.
 func IsConnectionLost(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, net.ErrClosed) {
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
 		return true
 	}
 	var me *mysql.MySQLError
@@ -80,8 +83,6 @@ func IsConnectionLost(err error) bool {
 		case erServerShutdown, erConnKilled, erClientInteract:
 			return true
 		}
-		return false
 	}
-	var ne net.Error
-	return errors.As(err, &ne) && !errors.Is(err, context.DeadlineExceeded)
+	return false
 }

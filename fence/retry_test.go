@@ -36,10 +36,14 @@ func TestRetryableClassification(t *testing.T) {
 		{"server shutdown", my(1053), true, true},
 		{"driver.ErrBadConn", driver.ErrBadConn, true, true},
 		{"mysql.ErrInvalidConn", fmt.Errorf("commit: %w", mysql.ErrInvalidConn), true, true},
-		{"EOF", io.EOF, true, true},
-		{"unexpected EOF", io.ErrUnexpectedEOF, true, true},
-		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true, true},
-		{"broken pipe", &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true, true},
+		// Errors an application's own code returns (a body cut short, a
+		// parser at the end of its input, a failed HTTP call) are not the
+		// database connection's, whatever their class.
+		{"application EOF", fmt.Errorf("parse upstream: %w", io.EOF), false, false},
+		{"application unexpected EOF", fmt.Errorf("parse upstream: %w", io.ErrUnexpectedEOF), false, false},
+		{"application reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, false, false},
+		{"application broken pipe", &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, false, false},
+		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, false},
 		{"stale", &fence.StaleError{Resource: "r", Token: 1, Current: 2}, false, false},
 		{"conflict", fmt.Errorf("x: %w", fence.ErrConflict), false, false},
 		{"bad input", fence.ErrInvalidToken, false, false},

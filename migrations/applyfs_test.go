@@ -1,6 +1,8 @@
 package migrations_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -54,5 +56,31 @@ func TestApplyFSRejectsBadInput(t *testing.T) {
 	var n int
 	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("bad input created %d table(s) (%v)", n, err)
+	}
+}
+
+// A history table name is spliced into SQL, so anything but a plain
+// identifier is refused before the database is touched.
+func TestApplyFSRejectsBadTableNames(t *testing.T) {
+	db := testenv.MySQL(t).DB
+	app := fstest.MapFS{
+		"0001_t.up.sql":   {Data: []byte("CREATE TABLE should_not_exist (id INT PRIMARY KEY)")},
+		"0001_t.down.sql": {Data: []byte("DROP TABLE should_not_exist")},
+	}
+	for _, name := range []string{"", "a`b", "app migrations", "x;DROP TABLE y", "12345", "app-migrations", strings.Repeat("t", 65), "ünï"} {
+		err := migrations.ApplyFS(ctxT(t), db, app, name)
+		if !errors.Is(err, migrations.ErrInvalidTable) {
+			t.Errorf("ApplyFS(table %q) = %v, want ErrInvalidTable", name, err)
+		}
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d tables created by refused calls, want 0", n)
+	}
+	if err := migrations.ApplyFS(ctxT(t), db, app, "app_$migrations_2"); err != nil {
+		t.Fatalf("valid identifier refused: %v", err)
 	}
 }

@@ -28,6 +28,11 @@ var (
 	// ErrNoDatabase means the *sql.DB given to Apply has no default database
 	// selected (its DSN ends in "/"), so there is nowhere to create tables.
 	ErrNoDatabase = errors.New("migrations: no database selected in the DSN")
+
+	// ErrInvalidTable is returned by [ApplyFS] for a history table name that
+	// is not a plain identifier (letters, digits, '_' and '$', at most 64
+	// bytes, not all digits); nothing is sent to the database.
+	ErrInvalidTable = errors.New("migrations: invalid migrations table name")
 )
 
 //go:embed *.sql
@@ -62,8 +67,11 @@ func ApplyFS(ctx context.Context, db *sql.DB, fsys fs.FS, table string) (err err
 	if db == nil {
 		return errors.New("migrations: nil *sql.DB")
 	}
-	if fsys == nil || table == "" {
-		return errors.New("migrations: nil file system or empty migrations table name")
+	if fsys == nil {
+		return errors.New("migrations: nil file system")
+	}
+	if err := checkTable(table); err != nil {
+		return err
 	}
 	// The driver gets a connection of its own: closing it (below) must not
 	// close the caller's pool, which closing a driver made with WithInstance
@@ -129,4 +137,26 @@ func ApplyFS(ctx context.Context, db *sql.DB, fsys fs.FS, table string) (err err
 		}
 		return fmt.Errorf("migrations: %w", err)
 	}
+}
+
+// checkTable accepts the unquoted identifiers MySQL and MariaDB accept without
+// quoting, which the history table name is spliced into SQL as.
+func checkTable(table string) error {
+	if table == "" || len(table) > 64 {
+		return fmt.Errorf("%w: %q (1 to 64 bytes)", ErrInvalidTable, table)
+	}
+	digits := true
+	for _, c := range []byte(table) {
+		switch {
+		case c >= '0' && c <= '9':
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_', c == '$':
+			digits = false
+		default:
+			return fmt.Errorf("%w: %q (only letters, digits, '_' and '$')", ErrInvalidTable, table)
+		}
+	}
+	if digits {
+		return fmt.Errorf("%w: %q (all digits)", ErrInvalidTable, table)
+	}
+	return nil
 }

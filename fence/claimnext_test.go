@@ -1,0 +1,83 @@
+package fence_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// Tokens minted by the database grow across every claim, whichever kind
+// came before: above a token from the future that Claim accepted, above the
+// clock otherwise; an older Claim token is stale afterwards.
+func TestClaimNextMintsAboveEverything(t *testing.T) {
+	db, _ := newDBWithDSN(t)
+	const res = "claim-next"
+	before := uint64(time.Now().Add(-time.Minute).UnixMicro())
+
+	tx := begin(t, db, nil)
+	t1, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	if t1 < before {
+		t.Fatalf("first minted token %d is below the clock (%d a minute ago)", t1, before)
+	}
+	f := lookup(t, db, res)
+	if f.Token != t1 || f.Owner != "db-mode" || f.OpID != "op-1" || f.Claims != 1 {
+		t.Fatalf("fence after ClaimNext: %+v, token %d", f, t1)
+	}
+
+	// A Redis token from far ahead is accepted by Claim; the next minted
+	// token goes above it.
+	future := uint64(time.Now().Add(time.Hour).UnixMicro())
+	if err := claimCommitted(t, db, res, future, "redis-mode"); err != nil {
+		t.Fatal(err)
+	}
+	tx = begin(t, db, nil)
+	t2, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	if t2 != future+1 {
+		t.Fatalf("token after a future one: %d, want %d", t2, future+1)
+	}
+	// The holder of an older Redis token is fenced.
+	if err := claimCommitted(t, db, res, future, "redis-mode"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Claim with the token below the minted one = %v, want ErrStale", err)
+	}
+	tx = begin(t, db, nil)
+	t3, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	if t3 <= t2 {
+		t.Fatalf("tokens %d then %d: not increasing", t2, t3)
+	}
+}
+
+func TestClaimNextBadInput(t *testing.T) {
+	db, _ := newDBWithDSN(t)
+	tx := begin(t, db, nil)
+	for _, c := range []struct {
+		resource, owner string
+		want            error
+	}{
+		{"", "o", fence.ErrInvalidResource},
+		{"r", "", fence.ErrInvalidOwner},
+	} {
+		if _, err := fence.ClaimNext(ctxT(t), tx, c.resource, c.owner, ""); !errors.Is(err, c.want) {
+			t.Errorf("ClaimNext(%q, %q) = %v, want %v", c.resource, c.owner, err, c.want)
+		}
+	}
+	if _, err := fence.ClaimNext(ctxT(t), db, "r", "o", ""); !errors.Is(err, fence.ErrNotTx) {
+		t.Errorf("ClaimNext on a pool = %v, want ErrNotTx", err)
+	}
+	if _, err := fence.Lookup(ctxT(t), db, "r"); !errors.Is(err, fence.ErrNoFence) {
+		t.Errorf("bad input wrote a fence row: %v", err)
+	}
+}
