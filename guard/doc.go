@@ -29,16 +29,26 @@
 // Rules for fn:
 //   - Use the ctx fn receives for every statement. It is cancelled as soon as
 //     the lock is lost or the caller's ctx ends, which stops fn's statements.
-//   - Return every error of tx's statements. After a deadlock the server has
-//     already rolled the transaction back, and statements that follow would
-//     run outside it, unfenced. Do rolls back when fn returns an error and
-//     returns that error (wrapped). Never commit or roll back tx
+//   - Return every error of tx's statements. Do rolls back when fn returns an
+//     error and returns that error (wrapped). Never commit or roll back tx
 //     yourself: [Tx.Commit] and [Tx.Rollback] refuse with [ErrTxManaged].
-//   - fn may run more than once. Deadlocks, lock wait timeouts and
-//     connections lost before COMMIT roll the transaction back and run it
-//     again, under the same lock and token, up to Options.MaxAttempts times.
-//     Keep side effects outside the database (messages, HTTP calls) out of fn
-//     or make them idempotent.
+//   - Run only statements that stay inside the transaction. A statement that
+//     would end it (START TRANSACTION, COMMIT, ROLLBACK, DDL such as CREATE
+//     TABLE, LOCK TABLES, SET autocommit and the other statements that commit
+//     implicitly) would commit the claim early and let what follows run
+//     unfenced: tx's methods refuse it with [ErrImplicitCommit] before it is
+//     sent, and Do rolls back and returns that error. A stored procedure
+//     (CALL) that ends the transaction is caught right after it returns.
+//     Statements run on the embedded *sqlx.Tx directly are not watched.
+//   - fn may run more than once. When one of tx's statements fails with a
+//     deadlock, a lock wait timeout or a lost connection, the server has
+//     rolled the transaction (or the statement) back: tx refuses further
+//     statements, and when fn returns that error (or nil) Do rolls back and
+//     runs the whole transaction again, under the same lock and token, up to
+//     Options.MaxAttempts times. Errors of fn's own making are never retried,
+//     whatever their type (an io.EOF from a parser, a net.Error from an HTTP
+//     call, an error of another transaction). Keep side effects outside the
+//     database (messages, HTTP calls) out of fn or make them idempotent.
 //   - Do not keep tx after fn returns.
 //
 // # Outcomes
@@ -52,8 +62,11 @@
 // through a Guard with another database or Locker), errors of fn, of the lock
 // and of the database, and input errors ([ErrNilFunc], [ErrInvalidKey],
 // [ErrInvalidGuard], [ErrNilContext]) returned before anything is touched.
-// Do returns by the time the caller's ctx ends, even when Redis does not
-// answer.
+// Do returns by the time the caller's ctx ends, even when Redis or MySQL
+// does not answer: the COMMIT and ROLLBACK are bound to ctx too, and a
+// connection that does not answer by then is closed. When that happens
+// during COMMIT, Do settles the outcome from the fence row within about a
+// second more and returns nil, [ErrNotCommitted] or [ErrOutcomeUnknown].
 //
 // If the lock is lost after fn returned nil but before COMMIT, Do still
 // commits. This is safe: the transaction holds the fence row's lock since its
@@ -86,4 +99,104 @@
 // callers nesting in opposite orders will wait for each other until their
 // contexts end. Calling Do for the same key with a ctx that does not come
 // from fn waits for the lock the caller already holds.
+//
+// Two hazards of nesting on different keys:
+//   - The nested transaction needs a connection of its own while the
+//     enclosing one holds its connection. With sql.DB.SetMaxOpenConns set to
+//     the nesting depth or less, Do refuses with [ErrNestedPool]; under
+//     concurrency a small pool can still run dry, so size it for the callers
+//     times the nesting depth.
+//   - The nested transaction must not touch rows the enclosing one wrote: it
+//     runs on another connection, waits for the enclosing transaction's row
+//     locks, and the enclosing transaction waits for it. InnoDB cannot see
+//     that cycle; the nested statement fails after innodb_lock_wait_timeout
+//     (50 s by default), once per nested attempt. The enclosing Do never
+//     retries a nested Do's failure: only failures of its own transaction's
+//     statements are retried.
+//
+// # When Redis is unavailable
+//
+// With Options.Fallback set to [FallbackDatabase], a Guard keeps running
+// critical sections while Redis is away. A circuit breaker counts failures
+// of Redis (lock calls failing for Redis's own reasons, and health probes:
+// a PING while a caller waits for the lock longer than
+// Options.FallbackProbeAfter); after Options.FallbackAfter in a row, calls
+// go straight to the database ([ModeDatabase]): the fence row's lock
+// serialises the callers, and the claim mints the token, max(stored + 1,
+// the database clock in µs), so tokens keep growing across both modes and
+// a Redis-mode holder and a database-mode holder are serialised like any
+// two holders. Database-mode callers wait holding a connection, so they are
+// capped per key and per Guard (Options.FallbackMaxWaitersPerKey,
+// FallbackMaxWaiters); callers over the caps wait without one and fail with
+// [ErrFallbackLimit] when their ctx ends. Options.FallbackRetry after the
+// switch, a PING on the side tells whether Redis is back; when it answers,
+// calls use the fair lock again. Switches are logged and reported to
+// Hooks.OnModeChange; [Result].Mode tells each call's mode. Safety is kept;
+// fairness and connection-free waiting are lost while in database mode.
+//
+// # Batching
+//
+// With Options.MaxBatch above 1, the callers of one key in one process
+// that arrive while the key's current batch waits for or holds the lock
+// form the next batch, up to MaxBatch callers, and that batch takes one
+// lock turn, begins one transaction, claims the fence row once, runs each
+// caller's fn in turn (in arrival order, each on its caller's goroutine)
+// and commits once. A hot key then pays the lock hand-off, BEGIN, claim
+// and COMMIT once per batch instead of once per caller; a key with no
+// queue behind its holder runs exactly as without batching. Only the head
+// batch waits in the Redis queue, so batching does not take turns from
+// other processes.
+//
+// What stays the same: Do returns nil exactly when the caller's own work
+// committed, fn's ctx ends when the caller's ctx ends or the lock is lost,
+// and fn never runs concurrently with another fn of the key.
+//
+// What it costs and changes:
+//   - When a batch has more than one caller, each fn runs inside a savepoint
+//     (one more round trip per caller): an fn that returns an error (or
+//     panics) is rolled back to it and only that caller gets the error (or
+//     the panic, on its own goroutine); the others' work commits.
+//   - The callers of a batch share its fate otherwise: a failure of the
+//     transaction's own statements (deadlock, lock wait timeout, lost
+//     connection), in any fn, runs every fn of the batch again, up to
+//     Options.MaxAttempts; a statement that ends the transaction
+//     ([ErrImplicitCommit]) fails every caller ([ErrNotCommitted] for the
+//     others, or [ErrOutcomeUnknown] when it ended the transaction after
+//     their work); a stale token gives every caller [ErrFenced]; a failed
+//     COMMIT gives every caller the same outcome. A caller's ctx that ends
+//     while one of its statements runs closes the shared connection, and
+//     the others run again.
+//   - A caller waits for the whole batch: the fns before and after its own,
+//     the COMMIT and the unlock. A caller whose ctx ends first leaves: with
+//     its ctx's error when its fn had not run (nothing was touched), with
+//     [ErrOutcomeUnknown] when its work waits for the batch's COMMIT. The
+//     batch's own lock wait and transaction do not depend on any one
+//     caller's ctx; when every caller has left, the batch gives up its
+//     place in the queue, or cuts its COMMIT short and settles it, as one
+//     caller's Do does when its ctx ends.
+//   - Keys, tokens and transactions are shared, so Tx.Token, Tx.OpID and
+//     Tx.Attempt are the batch's. Do inside fn on the same key joins the
+//     batch's transaction, as it joins an enclosing Do.
+//   - Hooks: OnDo, OnStep and OnDone are per caller. Each caller's OnStep
+//     reports its lock wait, the batch's claims, COMMIT and unlock, and its
+//     own fn, with their own times, on its own goroutine as its Do returns;
+//     a caller that leaves early reports an unlock of its own, of zero
+//     length. OnAcquired, OnRetry, OnFenced, OnLost and OnCommitted are per
+//     batch, called on the batch's goroutine.
+//   - While Redis is unavailable (Options.Fallback), callers run in database
+//     mode one by one, without batching.
+//
+// Use it for keys that are hot in one process (a flash sale on one row)
+// when fn is short and its errors are rare; leave it off when fns are
+// long, when one caller's latency must not include others' work, or when
+// the keys are rarely contended (it then brings nothing).
+//
+// # Namespaces
+//
+// A key's fence row is shared by every Guard whose Locker uses the same
+// prefix. Lockers with different prefixes (two applications sharing one
+// schema) hold separate locks on a key, so their fence rows are separate too:
+// Options.Namespace, which defaults to the Locker's prefix, names them (see
+// [Guard.FenceResource]). Guards that must exclude each other need Lockers
+// with the same prefix.
 package guard

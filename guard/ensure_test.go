@@ -30,7 +30,7 @@ func TestFirstClaimRollbackDoesNotDeadlockWaiters(t *testing.T) {
 	guardIn := func() *guard.Guard {
 		l := redislock.New(e.rdb, &redislock.Options{Prefix: testenv.Prefix(t)})
 		t.Cleanup(func() { _ = l.Close() })
-		return guard.New(l, e.db, &guard.Options{Hooks: hooks})
+		return guard.New(l, e.db, &guard.Options{Hooks: hooks, Namespace: e.prefix})
 	}
 	const key = "never-seen"
 	ctx := context.Background()

@@ -53,6 +53,27 @@ var (
 	// or rolls back the transaction when fn returns.
 	ErrTxManaged = errors.New("guard: transaction is managed by Do; return from fn instead")
 
+	// ErrImplicitCommit is returned by [Tx]'s statement methods for a
+	// statement that would end the fenced transaction (START TRANSACTION,
+	// COMMIT, DDL and other statements that commit implicitly), which is not
+	// sent, and by Do when such a statement was attempted or when an opaque
+	// statement (CALL, EXECUTE) ended the transaction. Do rolls back what is
+	// left and never returns nil in that case: writes made after the
+	// transaction ended would not be fenced.
+	ErrImplicitCommit = errors.New("guard: statement ends the fenced transaction")
+
+	// ErrNestedPool is returned by Do called inside fn on another key when
+	// the database pool cannot give the nested transaction a connection of
+	// its own: the enclosing calls hold every connection
+	// sql.DB.SetMaxOpenConns allows, so the nested call would wait forever.
+	ErrNestedPool = errors.New("guard: nested call on another key needs a connection the enclosing calls hold")
+
+	// ErrFallbackLimit is returned by Do in database mode (Options.Fallback)
+	// when ctx ended while the caller waited, holding no connection, for one
+	// of the database-mode slots that Options.FallbackMaxWaiters and
+	// FallbackMaxWaitersPerKey bound. Nothing was touched.
+	ErrFallbackLimit = errors.New("guard: ctx ended waiting for a database-mode slot")
+
 	// ErrReentry is returned by Do called inside fn (with fn's ctx) on the
 	// key the outer call holds, through a different Guard whose database or
 	// locker differs: joining would use the wrong transaction, and locking

@@ -8,5 +8,5 @@ func SetBeforeCommit(g *Guard, f func(ctx context.Context, tx *Tx)) { g.beforeCo
 // Settle runs the commit-outcome check for an attempt that claimed key with
 // token and opID.
 func Settle(ctx context.Context, g *Guard, key string, token uint64, opID string) (bool, error) {
-	return g.settle(ctx, &Tx{key: key, token: token, opID: opID})
+	return g.settle(ctx, &Tx{key: key, resource: g.FenceResource(key), token: token, opID: opID})
 }

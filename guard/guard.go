@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,6 +24,8 @@ type Guard struct {
 	err    error // set by New when the Guard is unusable
 
 	ensured ensured
+	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
+	batches batches   // callers combined per key (Options.MaxBatch)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -41,6 +44,9 @@ func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
 		o = *opt
 	}
 	o, err := o.withDefaults()
+	if err == nil && db != nil {
+		o, err = o.withPool(db.Stats().MaxOpenConnections)
+	}
 	switch {
 	case locker == nil:
 		g.err = fmt.Errorf("%w: nil *redislock.Locker", ErrInvalidGuard)
@@ -49,9 +55,36 @@ func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
 	case err != nil:
 		g.err = fmt.Errorf("%w: %w: %s", ErrInvalidGuard, ErrInvalidOptions, err.Error())
 	}
+	if o.Namespace == "" && locker != nil && locker.Prefix() != redislock.DefaultPrefix {
+		o.Namespace = locker.Prefix()
+	}
 	g.opt = o
+	if g.err == nil && o.Fallback == FallbackDatabase {
+		g.fb = newFallback(g)
+	}
 	return g
 }
+
+// FenceResource returns the name of key's fence row (the resource column of
+// the fence table), for looking it up with fence.Lookup. Without a namespace
+// it is key itself. With one it is Options.Namespace + "{" + key, or, when
+// that would exceed fence.MaxResourceLen bytes, Options.Namespace + "}" and
+// the hex SHA-256 of key. The namespace holds no brace, so the character
+// after it tells the two forms apart and no two keys share a row.
+func (g *Guard) FenceResource(key string) string {
+	if g == nil || g.opt.Namespace == "" {
+		return key
+	}
+	ns := g.opt.Namespace
+	if len(ns)+1+len(key) <= fence.MaxResourceLen {
+		return ns + "{" + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return ns + "}" + hex.EncodeToString(sum[:])
+}
+
+// resource is FenceResource for a Guard known to be usable.
+func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 
 // Do runs fn as a critical section for key, in this order:
 //
@@ -66,17 +99,24 @@ func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
 //  6. unlock, on every path, with a fresh context bounded by
 //     Options.UnlockTimeout.
 //
-// ctx governs the wait for the lock and the transaction: when it ends, Do
-// gives up waiting or rolls back. Do returns by the time ctx ends even when
-// Redis does not answer. The ctx fn receives additionally ends as
+// ctx governs the wait for the lock and the transaction, COMMIT and ROLLBACK
+// included: when it ends, Do gives up waiting or rolls back, closing a
+// database connection that does not answer. Do returns by the time ctx ends
+// even when Redis or MySQL does not answer (when ctx ends during COMMIT,
+// after settling the outcome for at most about a second more). The ctx fn receives additionally ends as
 // soon as the lock is lost; pass it to every statement. When the lock is lost
 // after fn returned nil, Do still commits (see the package documentation for
 // why that is safe).
 //
-// fn may run more than once: deadlocks, lock wait timeouts and connections
-// lost before COMMIT roll back and retry the whole transaction under the
-// same lock and token, with jittered exponential backoff, up to
-// Options.MaxAttempts attempts while ctx lasts.
+// fn may run more than once: when a statement of the transaction fails with
+// a deadlock, a lock wait timeout or a lost connection (and fn returns that
+// error or nil), or the connection is lost before COMMIT, Do rolls back and
+// retries the whole transaction under the same lock and token, claiming the
+// fence row again, with jittered exponential backoff, up to
+// Options.MaxAttempts attempts while ctx lasts. Errors of fn's own making are
+// returned as they are, never retried.
+//
+// fn must not end the transaction: see [Tx] and [ErrImplicitCommit].
 //
 // If the connection dies during COMMIT, Do reads the fence row on a fresh
 // connection: nil if the commit happened, [ErrNotCommitted] if it did not,
@@ -89,7 +129,8 @@ func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
 // Do returns nil exactly when the transaction committed; otherwise fn's
 // error (wrapped when retries were exhausted) or one describing the failed
 // step: [ErrFenced], [ErrLockLost], [ErrNotCommitted], [ErrOutcomeUnknown],
-// [ErrReentry], or an error of the lock or the database. Input errors
+// [ErrImplicitCommit], [ErrReentry], [ErrNestedPool], or an error of the lock
+// or the database. Input errors
 // ([ErrNilContext], [ErrNilFunc], [ErrInvalidKey], [ErrInvalidGuard]) come
 // back before anything is touched.
 func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context, tx *Tx) error) error {
@@ -102,16 +143,29 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	if fn == nil {
 		return ErrNilFunc
 	}
-	if err := checkKey(key); err != nil {
+	if err := g.checkKey(key); err != nil {
 		return err
 	}
 	if s := heldScope(ctx, key); s != nil {
 		return g.join(ctx, s, fn)
 	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
+	if err := g.checkPool(ctx, key); err != nil {
+		return err
 	}
-	return g.run(ctx, key, fn)
+	tr, ctx := g.newTracer(ctx, key)
+	if ctx.Err() != nil {
+		err := context.Cause(ctx)
+		tr.done(err)
+		return err
+	}
+	var err error
+	if g.opt.MaxBatch > 1 {
+		err = g.batched(ctx, key, fn, tr)
+	} else {
+		err = g.run(ctx, key, fn, tr)
+	}
+	tr.done(err)
+	return err
 }
 
 func (g *Guard) usable() error {
@@ -126,7 +180,7 @@ func (g *Guard) usable() error {
 	return nil
 }
 
-func checkKey(key string) error {
+func (g *Guard) checkKey(key string) error {
 	if err := redislock.ValidateKey(key); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
@@ -134,23 +188,46 @@ func checkKey(key string) error {
 }
 
 // run holds the lock of key for the attempts of one Do.
-func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error) (err error) {
+func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) (err error) {
 	log := g.opt.Logger
 	start := time.Now()
 	// Lock returns by the time ctx ends even when Redis does not answer, and
 	// passes on a grant that raced with the end of ctx.
-	lk, err := g.locker.Lock(ctx, key)
-	if err != nil {
-		return fmt.Errorf("guard: lock %q: %w", key, err)
+	var lk *redislock.Lock
+	if g.fb != nil {
+		lk, err = g.fb.lock(ctx, key)
+		if err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
+			g.opt.Logger.DebugContext(ctx, "guard: Redis unavailable for this call", "key", key, "err", err)
+			return g.runDB(ctx, key, fn, tr)
+		}
+	} else {
+		lk, err = g.locker.Lock(ctx, key)
 	}
+	if err != nil {
+		err = fmt.Errorf("guard: lock %q: %w", key, err)
+		tr.step(StepLock, 0, 0, start, err)
+		return err
+	}
+	tr.step(StepLock, lk.Token(), 0, start, nil)
 	acquired := time.Now()
 	token := lk.Token()
 	log.DebugContext(ctx, "guard: lock acquired", "key", key, "token", token, "wait", acquired.Sub(start))
 	if h := g.opt.Hooks.OnAcquired; h != nil {
 		h(key, token, acquired.Sub(start))
 	}
+	// A committed transaction's connection is released while the lock is
+	// released (see commit); Do returns after both.
+	var released chan struct{}
 	defer func() {
-		if uerr := g.unlock(ctx, lk); uerr != nil {
+		if released != nil {
+			<-released
+		}
+	}()
+	defer func() {
+		ustart := tr.now()
+		uerr := g.unlock(ctx, lk)
+		tr.step(StepUnlock, token, 0, ustart, uerr)
+		if uerr != nil {
 			if err != nil {
 				err = errors.Join(err, uerr)
 			} else {
@@ -164,18 +241,32 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 
 	lctx, stop := g.watch(ctx, lk)
 	defer stop()
+	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner()}, acquired, fn, &released, tr)
+}
 
+// holding is what a Do holds the key with: the lock's token and owner, or,
+// in database mode, no token (each attempt's claim mints one).
+type holding struct {
+	key   string
+	token uint64
+	owner string
+}
+
+// attempts runs the transaction until it commits, fails for good, or the
+// retries are exhausted.
+func (g *Guard) attempts(ctx, lctx context.Context, h holding, acquired time.Time,
+	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) error {
 	for attempt := 1; ; attempt++ {
-		retry, err := g.attempt(ctx, lctx, lk, attempt, acquired, fn)
+		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
 		if err == nil || !retry {
 			return err
 		}
 		if attempt >= g.opt.MaxAttempts {
-			return fmt.Errorf("guard: %q: giving up after %d attempts: %w", key, attempt, err)
+			return fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, attempt, err)
 		}
-		log.WarnContext(ctx, "guard: retrying transaction", "key", key, "token", token, "attempt", attempt, "err", err)
-		if h := g.opt.Hooks.OnRetry; h != nil {
-			h(key, attempt, err)
+		g.opt.Logger.WarnContext(ctx, "guard: retrying transaction", "key", h.key, "token", h.token, "attempt", attempt, "err", err)
+		if hook := g.opt.Hooks.OnRetry; hook != nil {
+			hook(h.key, attempt, err)
 		}
 		if serr := sleep(lctx, backoff(attempt, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
 			return errors.Join(err, g.lostOr(lctx, serr))
@@ -233,13 +324,25 @@ func (g *Guard) unlock(ctx context.Context, lk *redislock.Lock) error {
 
 // attempt runs one transaction. retry reports whether a failure may be
 // retried under the same lock.
-func (g *Guard) attempt(ctx, lctx context.Context, lk *redislock.Lock, n int, acquired time.Time,
-	fn func(context.Context, *Tx) error) (retry bool, err error) {
-	key, token := lk.Key(), lk.Token()
+//
+// After a successful COMMIT, the sql.Tx is released on a goroutine (a
+// ROLLBACK that finds no transaction, see commit) so that the unlock need not
+// wait for it; *released is closed when that is done.
+func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
+	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
+	key, token := h.key, h.token
+	resource := g.resource(key)
+	cstart := tr.now()
+	claimed := false
+	defer func() {
+		if !claimed {
+			tr.step(StepClaim, token, n, cstart, err)
+		}
+	}()
 	if lctx.Err() != nil {
 		return false, g.lostOr(lctx, context.Cause(lctx))
 	}
-	if err := g.ensure(lctx, key); err != nil {
+	if err := g.ensure(lctx, resource); err != nil {
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, err
 	}
@@ -249,45 +352,128 @@ func (g *Guard) attempt(ctx, lctx context.Context, lk *redislock.Lock, n int, ac
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
-	tx := &Tx{Tx: stx, key: key, token: token, owner: lk.Owner(), opID: newOpID(), attempt: n}
+	tx := &Tx{Tx: stx, key: key, resource: resource, token: token, owner: h.owner, opID: newOpID(), attempt: n}
 	finished := false
 	defer func() {
 		if !finished {
-			// Runs on errors and panics alike; a dead connection or a
-			// transaction already rolled back by its ctx answers with an
-			// error that changes nothing.
-			_ = stx.Rollback()
+			// Runs on errors and panics alike.
+			g.rollback(ctx, stx)
 		}
 	}()
 
-	if err := fence.ClaimOp(lctx, stx, key, token, tx.owner, tx.opID); err != nil {
+	if token == 0 {
+		// Database mode: the claim mints the token.
+		if tx.token, err = fence.ClaimNext(lctx, stx, resource, tx.owner, tx.opID); err != nil {
+			return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
+		}
+		token = tx.token
+	} else if err := fence.ClaimOp(lctx, stx, resource, token, tx.owner, tx.opID); err != nil {
 		if errors.Is(err, fence.ErrStale) {
-			return false, g.fenced(ctx, stx, key, token, err)
+			finished = true
+			g.rollback(ctx, stx)
+			return false, g.fenced(ctx, key, token, err)
 		}
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
 	}
 
+	claimed = true
+	tr.step(StepClaim, token, n, cstart, nil)
+
 	sctx := withScope(lctx, &scope{g: g, key: key, tx: tx})
-	if err := fn(sctx, tx); err != nil {
-		if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
-			return false, fmt.Errorf("%w (fn: %w)", cause, err)
+	fstart := tr.now()
+	ferr := fn(sctx, tx)
+	if tr != nil {
+		serr := ferr
+		if f := tx.failure(); f != nil && serr == nil {
+			serr = f.err
 		}
-		return fence.Retryable(err) && lctx.Err() == nil, err
+		tr.step(StepFn, token, n, fstart, serr)
 	}
-	if err := tx.brokenErr(); err != nil {
-		return fence.Retryable(err) && lctx.Err() == nil, err
+	if f := tx.failure(); f != nil {
+		// A statement of this transaction failed in a way that leaves the
+		// transaction unusable. Only such failures are retried: an error of
+		// fn's own making, or of another transaction (a nested Do on another
+		// key), is returned as it is, whatever its class.
+		switch {
+		case !f.retry:
+			if ferr != nil && !errors.Is(ferr, f.err) {
+				return false, errors.Join(f.err, ferr)
+			}
+			return false, f.err
+		case ferr != nil && !errors.Is(ferr, f.err):
+			return false, g.lostOr(lctx, ferr)
+		default:
+			err := g.lostOr(lctx, f.err)
+			return lctx.Err() == nil, err
+		}
+	}
+	if ferr != nil {
+		if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
+			return false, fmt.Errorf("%w (fn: %w)", cause, ferr)
+		}
+		return false, ferr
+	}
+	if err := tx.verify(lctx); err != nil {
+		if f := tx.failure(); f != nil && f.retry {
+			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		return false, g.lostOr(lctx, err)
 	}
 
 	if g.beforeCommit != nil {
 		g.beforeCommit(ctx, tx)
 	}
 	finished = true
-	if err := stx.Commit(); err != nil {
-		return g.commitFailed(ctx, tx, acquired, err)
+	mstart := tr.now()
+	if err := g.commit(ctx, stx, released); err != nil {
+		retry, err := g.commitFailed(ctx, tx, acquired, err)
+		tr.step(StepCommit, token, n, mstart, err)
+		return retry, err
 	}
+	tr.step(StepCommit, token, n, mstart, nil)
 	g.committed(ctx, tx, acquired)
 	return false, nil
+}
+
+// commit commits stx, returning when ctx ends even if the server or the
+// network does not answer. database/sql's Commit takes no ctx, so the COMMIT
+// is sent as a statement bound to ctx: when ctx ends first, the driver closes
+// the connection and the outcome is settled from the fence row. After a
+// successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
+// finds no transaction; that runs on a goroutine which closes *released, so
+// that Do can unlock meanwhile.
+func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}) error {
+	if ctx.Done() == nil {
+		return stx.Commit()
+	}
+	if _, err := stx.ExecContext(ctx, "COMMIT"); err != nil {
+		_ = stx.Rollback() // the connection is closed: nothing is sent
+		return err
+	}
+	done := make(chan struct{})
+	*released = done
+	go func() {
+		defer close(done)
+		_ = stx.Rollback()
+	}()
+	return nil
+}
+
+// rollback rolls stx back without outliving ctx. When ctx has ended,
+// database/sql rolls the transaction back and discards the connection on its
+// own; otherwise the ROLLBACK is a statement bound to ctx, so a connection
+// that stopped answering is closed when ctx ends.
+func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx) {
+	if ctx.Err() != nil {
+		return
+	}
+	if ctx.Done() != nil {
+		_, _ = stx.ExecContext(ctx, "ROLLBACK")
+	}
+	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
+	// sent on a connection closed above.
+	_ = stx.Rollback()
 }
 
 func (g *Guard) committed(ctx context.Context, tx *Tx, acquired time.Time) {
@@ -298,15 +484,14 @@ func (g *Guard) committed(ctx context.Context, tx *Tx, acquired time.Time) {
 	}
 }
 
-// fenced handles a claim the database rejected: roll back, raise the key's
+// fenced handles a claim the database rejected: raise the key's
 // token floor in Redis to the database's token so the next acquisition gets
 // a token the database accepts, and report.
 //
 // When the claim was rejected but the current token could not be read
 // (claimErr is not a *fence.StaleError), current is reported as 0 and the
 // floor is left alone.
-func (g *Guard) fenced(ctx context.Context, stx *sqlx.Tx, key string, token uint64, claimErr error) error {
-	_ = stx.Rollback()
+func (g *Guard) fenced(ctx context.Context, key string, token uint64, claimErr error) error {
 	var current uint64
 	var stale *fence.StaleError
 	if errors.As(claimErr, &stale) {

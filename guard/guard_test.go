@@ -36,7 +36,7 @@ func TestDoRunsOneFencedTransaction(t *testing.T) {
 			t.Errorf("tx: key %q token %d attempt %d owner %q; lock token %d", tx.Key(), tx.Token(), tx.Attempt(), tx.Owner(), acquiredToken)
 		}
 		// The claim already ran in this transaction.
-		f, err := fence.Lookup(ctx, tx, key)
+		f, err := fence.Lookup(ctx, tx, e.g.FenceResource(key))
 		if err != nil || f.Token != tx.Token() || f.OpID != tx.OpID() || f.Owner != tx.Owner() {
 			t.Errorf("fence inside fn = %+v, %v; want token %d op %q", f, err, tx.Token(), tx.OpID())
 		}
@@ -325,7 +325,7 @@ func TestStaleTokenIsFencedAndFloorRaised(t *testing.T) {
 	// A failover lost Redis's memory of the key while the database has
 	// accepted a token from far above anything Redis will mint now.
 	future := uint64(time.Now().Add(time.Hour).UnixMicro())
-	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, key)
+	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, e.g.FenceResource(key))
 	must(t, e.rdb.Del(ctx, e.names(key).Token).Err())
 
 	called := false

@@ -116,7 +116,7 @@ func increment(ctx context.Context, tx *guard.Tx, id int) error {
 func (e *env) fence(key string) (fence.Fence, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return fence.Lookup(ctx, e.db, key)
+	return fence.Lookup(ctx, e.db, e.g.FenceResource(key))
 }
 
 // names are the Redis names of key's lock.
@@ -160,6 +160,30 @@ type connFaults struct {
 	loseCommitReply atomic.Bool  // next COMMIT: send it, read the reply, then fail as a dead connection
 	roundTrips      atomic.Int64 // reads that follow a write
 	commits         atomic.Int64 // COMMITs that reached the server
+	// blackholeCommit: next COMMIT: swallow it and everything after it on
+	// that connection, as a network that silently drops packets. Reads
+	// block until the connection is closed; closing it does not reach the
+	// server (the socket stays open until the test ends), so the server
+	// keeps the transaction open.
+	blackholeCommit atomic.Bool
+	blackholeNext   atomic.Bool   // the same for whatever statement is written next
+	holes           chan net.Conn // sockets of blackholed connections
+}
+
+// newConnFaults returns connFaults that can blackhole connections; defer
+// closeHoles, so that the server sees those connections end before the
+// test's cleanup drops its database.
+func newConnFaults() *connFaults { return &connFaults{holes: make(chan net.Conn, 16)} }
+
+func (f *connFaults) closeHoles() {
+	for {
+		select {
+		case c := <-f.holes:
+			_ = c.Close()
+		default:
+			return
+		}
+	}
 }
 
 type faultConn struct {
@@ -168,9 +192,28 @@ type faultConn struct {
 	mu        sync.Mutex
 	wrote     bool
 	loseReply bool
+	holed     bool          // swallowing everything (blackholeCommit)
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
 }
 
-func (f *connFaults) wrap(c net.Conn) net.Conn { return &faultConn{Conn: c, f: f} }
+func (f *connFaults) wrap(c net.Conn) net.Conn {
+	return &faultConn{Conn: c, f: f, closed: make(chan struct{})}
+}
+
+// Close ends the connection for the client. A blackholed connection keeps
+// its socket open until the test's cleanup, as a peer behind a dead network
+// would never see the close.
+func (c *faultConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	c.mu.Lock()
+	holed := c.holed
+	c.mu.Unlock()
+	if holed {
+		return nil
+	}
+	return c.Conn.Close()
+}
 
 func isCommit(p []byte) bool {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
@@ -180,6 +223,16 @@ func isCommit(p []byte) bool {
 func (c *faultConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	c.wrote = true
+	if c.holed {
+		c.mu.Unlock()
+		return len(p), nil
+	}
+	if c.f.blackholeNext.CompareAndSwap(true, false) || isCommit(p) && c.f.blackholeCommit.CompareAndSwap(true, false) {
+		c.holed = true
+		c.mu.Unlock()
+		c.f.holes <- c.Conn
+		return len(p), nil
+	}
 	if isCommit(p) {
 		if c.f.dropCommit.CompareAndSwap(true, false) {
 			c.mu.Unlock()
@@ -203,7 +256,12 @@ func (c *faultConn) Read(p []byte) (int, error) {
 	}
 	lose := c.loseReply
 	c.loseReply = false
+	holed := c.holed
 	c.mu.Unlock()
+	if holed {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
 	if lose {
 		// The server has answered, so the COMMIT is durable; the client
 		// never sees the answer.

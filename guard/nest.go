@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-
-	"github.com/redfence/redfence/fence"
 )
 
 // scope records, in the ctx given to fn, that a Do holds key with tx. Scopes
@@ -35,38 +33,55 @@ func heldScope(ctx context.Context, key string) *scope {
 	return nil
 }
 
+// checkPool refuses a nested call on another key that could never get a
+// connection: the enclosing calls in ctx on the same pool each hold one for
+// their transaction, and the pool allows no more.
+func (g *Guard) checkPool(ctx context.Context, key string) error {
+	held := 0
+	for s, _ := ctx.Value(scopeKey{}).(*scope); s != nil; s = s.parent {
+		if s.g.db.DB == g.db.DB {
+			held++
+		}
+	}
+	if held == 0 {
+		return nil
+	}
+	if limit := g.db.Stats().MaxOpenConnections; limit > 0 && held >= limit {
+		return fmt.Errorf("%w: %q inside %d enclosing call(s), pool limited to %d connection(s)", ErrNestedPool, key, held, limit)
+	}
+	return nil
+}
+
 // join runs fn in the transaction of the enclosing Do that holds key, inside
 // a savepoint so that an error of fn leaves none of its writes behind.
 func (g *Guard) join(ctx context.Context, s *scope, fn func(context.Context, *Tx) error) (err error) {
-	if s.g != g && (s.g.locker != g.locker || s.g.db != g.db) {
+	if s.g != g && (s.g.locker != g.locker || s.g.db != g.db || s.g.opt.Namespace != g.opt.Namespace) {
 		return fmt.Errorf("%w: key %q is held by an enclosing Do of another Guard", ErrReentry, s.key)
 	}
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
 	tx := s.tx
-	sp := "redfence_sp" + strconv.FormatInt(tx.savepoints.Add(1), 10)
+	if f := tx.failure(); f != nil {
+		return fmt.Errorf("guard: nested call on %q: transaction no longer usable: %w", s.key, f.err)
+	}
+	n := tx.savepoints.Add(1)
+	sp := "redfence_sp" + strconv.FormatInt(n, 10)
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
-		err = fmt.Errorf("guard: nested call on %q: savepoint: %w", s.key, err)
-		if fence.Retryable(err) {
-			tx.markBroken(err)
-		}
-		return err
+		return fmt.Errorf("guard: nested call on %q: savepoint: %w", s.key, err)
 	}
 	ok := false
 	defer func() {
-		if ok {
-			return
-		}
-		if err != nil && fence.Retryable(err) {
-			// The server may have rolled the whole transaction back; the
-			// savepoint is gone with it.
-			tx.markBroken(err)
+		if ok || tx.failure() != nil {
+			// A transaction the server rolled back has lost the savepoint
+			// with it; the enclosing Do retries or fails the whole attempt.
 			return
 		}
 		if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
-			tx.markBroken(fmt.Errorf("guard: nested call on %q: rollback to savepoint: %w", s.key, rerr))
+			tx.fail(fmt.Errorf("guard: nested call on %q: rollback to savepoint: %w", s.key, rerr), false)
+			return
 		}
+		tx.rolledBackTo(n)
 	}()
 	g.opt.Logger.DebugContext(ctx, "guard: nested call joins the enclosing transaction",
 		"key", s.key, "token", tx.token)

@@ -1,17 +1,22 @@
 package guard
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"github.com/redfence/redfence/fence"
 )
 
 // Hooks are callbacks through which users plug metrics and tracing into a
-// [Guard]. Every field may be nil. They run synchronously on the goroutine
-// that calls Do, except OnLost, which runs on a goroutine of Do's own while
-// fn may still be running; Do returns only after every hook call of that Do
-// has returned. Hooks must be quick and must not call Do.
+// [Guard] (the extra/redfenceotel module builds OpenTelemetry spans and
+// metrics on them). Every field may be nil. They run synchronously on the
+// goroutine that calls Do, except OnLost, which runs on a goroutine of Do's
+// own while fn may still be running; Do returns only after every hook call
+// of that Do has returned. Hooks must be quick and must not call Do.
 type Hooks struct {
 	// OnAcquired is called when the lock has been granted, with the lock's
 	// fencing token and the time spent waiting in the queue.
@@ -28,14 +33,33 @@ type Hooks struct {
 	// that a COMMIT whose reply was lost did commit), with the time since the
 	// lock was granted.
 	OnCommitted func(key string, token uint64, elapsed time.Duration)
+
+	// OnModeChange is called when the Guard switches between Redis mode and
+	// database mode (Options.Fallback): from ModeRedis to ModeDatabase when
+	// Redis is found unavailable, and back once it answers again.
+	OnModeChange func(from, to Mode)
+
+	// OnDo is called as a Do starts (after its input checks; not for a
+	// nested call that joins an enclosing one), with Do's ctx and key. The
+	// ctx it returns, which must be ctx or derived from it, replaces Do's ctx
+	// for the rest of the call, fn's ctx included, and is the one passed to
+	// OnStep and OnDone: a tracing hook starts a span here.
+	OnDo func(ctx context.Context, key string) context.Context
+	// OnStep is called when a stage of Do ends: the lock wait, each
+	// attempt's claim, fn and COMMIT, and the unlock (see [Step]).
+	OnStep func(ctx context.Context, s Step)
+	// OnDone is called once when Do returns, with how it ended (see
+	// [Result]).
+	OnDone func(ctx context.Context, r Result)
 }
 
 // Options configure a [Guard]. The zero value (or a nil *Options) gives the
 // defaults.
 type Options struct {
 	// MaxAttempts bounds how many times the whole transaction runs when an
-	// attempt fails with a retryable error (see fence.Retryable: deadlock,
-	// lock wait timeout, connection lost before COMMIT). 1 disables retries.
+	// attempt fails because its own transaction failed: a deadlock, a lock
+	// wait timeout or a lost connection reported by one of its statements (or
+	// by the claim, or before COMMIT). 1 disables retries.
 	// default: 3
 	MaxAttempts int
 
@@ -64,6 +88,74 @@ type Options struct {
 	// default: nil (the server's default isolation level)
 	TxOptions *sql.TxOptions
 
+	// Namespace names this Guard's fence rows apart from those of other lock
+	// namespaces sharing the schema. Lockers with different prefixes hold
+	// separate locks on one key; with one fence row per key they would fence
+	// each other (spurious ErrFenced) and raise each other's token floors.
+	// The fence row of key is named Namespace + "{" + key, or by a digest of
+	// key for long keys (see [Guard.FenceResource]). It must not contain '{'
+	// or '}', and must leave room for the digest form (at most
+	// fence.MaxResourceLen-65 bytes).
+	// default: the Locker's prefix (redislock.Options.Prefix), or none (the
+	// fence row is named by the key alone) when that is
+	// redislock.DefaultPrefix
+	Namespace string
+
+	// Fallback says what Do does while Redis is unavailable: fail
+	// (FallbackNone) or serialise the callers of a key in the database alone
+	// (FallbackDatabase; see [Fallback] for the trade-off: safety is kept,
+	// fairness and connection-free waiting are not).
+	// default: FallbackNone
+	Fallback Fallback
+
+	// FallbackAfter is how many consecutive failures of Redis (errors of the
+	// lock other than the caller's ctx ending, and health probes that got no
+	// answer) switch the Guard to database mode. A Do whose own lock call
+	// failed because of Redis runs in database mode at once.
+	// default: 3
+	FallbackAfter int
+
+	// FallbackRetry is how long the Guard stays in database mode before one
+	// Do tries Redis again; when it succeeds, the Guard is back in Redis
+	// mode.
+	// default: 1s
+	FallbackRetry time.Duration
+
+	// FallbackProbeAfter is how long a Do waits for the Redis lock before a
+	// health probe (a PING, at most one per FallbackProbeAfter per Guard)
+	// checks that Redis still answers; a Redis that stopped answering is
+	// thus noticed by waiting callers, which then switch to database mode.
+	// default: 250ms
+	FallbackProbeAfter time.Duration
+
+	// FallbackProbeTimeout is how long a health probe waits for Redis.
+	// default: 250ms
+	FallbackProbeTimeout time.Duration
+
+	// FallbackMaxWaiters bounds the Do calls of this Guard in database mode
+	// at once (each holds a database connection while it waits for the
+	// fence row); more wait without a connection. It must leave room in the
+	// pool: at most sql.DB.SetMaxOpenConns when that is set.
+	// default: 8, or half of the pool's MaxOpenConns when that is smaller
+	FallbackMaxWaiters int
+
+	// FallbackMaxWaitersPerKey bounds the database-mode calls of one key at
+	// once, so that one hot key cannot take the whole pool.
+	// default: 2
+	FallbackMaxWaitersPerKey int
+
+	// MaxBatch, when above 1, combines callers: the callers of one key in
+	// this process that arrive while the key's current batch waits for or
+	// holds the lock join the next batch, up to MaxBatch of them, and that
+	// batch runs each caller's fn in turn inside one transaction, under one
+	// lock turn, one claim and one COMMIT. Each fn runs inside a savepoint
+	// of its own (when the batch has more than one caller), so that an
+	// error of one caller undoes only its work. See "Batching" in the
+	// package documentation for when it pays and what it costs. 0 and 1
+	// turn it off.
+	// default: 0 (every Do runs its own transaction)
+	MaxBatch int
+
 	// Logger receives debug records of each step and warnings for lost
 	// locks, fenced tokens, retries and failed unlocks.
 	// default: a logger that discards everything
@@ -74,13 +166,45 @@ type Options struct {
 	Hooks Hooks
 }
 
+// maxNamespaceLen leaves room in a fence resource for the namespace, a brace
+// and the 64 hex digits of a key's digest.
+const maxNamespaceLen = fence.MaxResourceLen - 65
+
 const (
 	defaultMaxAttempts   = 3
 	defaultBackoffMin    = 10 * time.Millisecond
 	defaultBackoffMax    = 500 * time.Millisecond
 	defaultUnlockTimeout = 5 * time.Second
 	defaultSettleTimeout = 10 * time.Second
+
+	defaultFallbackAfter   = 3
+	defaultFallbackRetry   = time.Second
+	defaultFallbackProbe   = 250 * time.Millisecond
+	defaultFallbackPerKey  = 2
+	defaultFallbackWaiters = 8
 )
+
+// withPool checks and completes the options that depend on the database
+// pool: FallbackMaxWaiters must leave connections for the rest of the
+// application.
+func (o Options) withPool(maxOpen int) (Options, error) {
+	if o.Fallback != FallbackDatabase {
+		return o, nil
+	}
+	if o.FallbackMaxWaiters == 0 {
+		o.FallbackMaxWaiters = defaultFallbackWaiters
+		if maxOpen > 0 {
+			o.FallbackMaxWaiters = max(1, min(o.FallbackMaxWaiters, maxOpen/2))
+		}
+	}
+	if maxOpen > 0 && o.FallbackMaxWaiters > maxOpen {
+		return o, fmt.Errorf("Options.FallbackMaxWaiters is %d, more than the pool's %d connections (sql.DB.SetMaxOpenConns)", o.FallbackMaxWaiters, maxOpen)
+	}
+	if o.FallbackMaxWaitersPerKey > o.FallbackMaxWaiters {
+		o.FallbackMaxWaitersPerKey = o.FallbackMaxWaiters
+	}
+	return o, nil
+}
 
 // withDefaults validates o and returns a copy with every default applied.
 func (o Options) withDefaults() (Options, error) {
@@ -97,8 +221,45 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("Options.UnlockTimeout is %v, must be >= 0", o.UnlockTimeout)
 	case o.SettleTimeout < 0:
 		return o, fmt.Errorf("Options.SettleTimeout is %v, must be >= 0", o.SettleTimeout)
+	case strings.ContainsAny(o.Namespace, "{}"):
+		return o, fmt.Errorf("Options.Namespace %q contains '{' or '}'", o.Namespace)
+	case len(o.Namespace) > maxNamespaceLen:
+		return o, fmt.Errorf("Options.Namespace is %d bytes, more than %d", len(o.Namespace), maxNamespaceLen)
+	case o.MaxBatch < 0:
+		return o, fmt.Errorf("Options.MaxBatch is %d, must be >= 0", o.MaxBatch)
 	case o.TxOptions != nil && o.TxOptions.ReadOnly:
 		return o, fmt.Errorf("Options.TxOptions.ReadOnly is set, but the fence claim writes")
+	}
+	switch {
+	case o.Fallback < FallbackNone || o.Fallback > FallbackDatabase:
+		return o, fmt.Errorf("Options.Fallback is %v, not FallbackNone or FallbackDatabase", o.Fallback)
+	case o.FallbackAfter < 0:
+		return o, fmt.Errorf("Options.FallbackAfter is %d, must be >= 0", o.FallbackAfter)
+	case o.FallbackRetry < 0:
+		return o, fmt.Errorf("Options.FallbackRetry is %v, must be >= 0", o.FallbackRetry)
+	case o.FallbackProbeAfter < 0:
+		return o, fmt.Errorf("Options.FallbackProbeAfter is %v, must be >= 0", o.FallbackProbeAfter)
+	case o.FallbackProbeTimeout < 0:
+		return o, fmt.Errorf("Options.FallbackProbeTimeout is %v, must be >= 0", o.FallbackProbeTimeout)
+	case o.FallbackMaxWaiters < 0:
+		return o, fmt.Errorf("Options.FallbackMaxWaiters is %d, must be >= 0", o.FallbackMaxWaiters)
+	case o.FallbackMaxWaitersPerKey < 0:
+		return o, fmt.Errorf("Options.FallbackMaxWaitersPerKey is %d, must be >= 0", o.FallbackMaxWaitersPerKey)
+	}
+	if o.FallbackAfter == 0 {
+		o.FallbackAfter = defaultFallbackAfter
+	}
+	if o.FallbackRetry == 0 {
+		o.FallbackRetry = defaultFallbackRetry
+	}
+	if o.FallbackProbeAfter == 0 {
+		o.FallbackProbeAfter = defaultFallbackProbe
+	}
+	if o.FallbackProbeTimeout == 0 {
+		o.FallbackProbeTimeout = defaultFallbackProbe
+	}
+	if o.FallbackMaxWaitersPerKey == 0 {
+		o.FallbackMaxWaitersPerKey = defaultFallbackPerKey
 	}
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = defaultMaxAttempts

@@ -63,8 +63,12 @@ func TestCommitNeverArrivedIsNotCommitted(t *testing.T) {
 	e.assertFree("k")
 
 	// The same on a key whose fence row the lost transaction would have created.
-	faults.dropCommit.Store(true)
-	err = e.g.Do(ctx, "fresh", inc)
+	// The fault is set inside fn: the COMMIT that creates the fence row
+	// (fence.Ensure, before the transaction) must go through.
+	err = e.g.Do(ctx, "fresh", func(ctx context.Context, tx *guard.Tx) error {
+		faults.dropCommit.Store(true)
+		return inc(ctx, tx)
+	})
 	if !errors.Is(err, guard.ErrNotCommitted) || e.counter(1) != 1 {
 		t.Fatalf("fresh key: Do = %v, counter %d", err, e.counter(1))
 	}
@@ -80,7 +84,7 @@ func TestSettleWaitsForTransactionInFlight(t *testing.T) {
 	tx, err := e.db.BeginTxx(ctx, nil)
 	must(t, err)
 	defer func() { _ = tx.Rollback() }()
-	must(t, fence.ClaimOp(ctx, tx, "k", 42, "owner", "op-1"))
+	must(t, fence.ClaimOp(ctx, tx, e.g.FenceResource("k"), 42, "owner", "op-1"))
 
 	type answer struct {
 		committed bool

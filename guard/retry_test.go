@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,16 +169,33 @@ func TestRetryOnConnectionLostBeforeCommit(t *testing.T) {
 	}
 }
 
+// killOwnConnection kills the connection tx runs on, from another
+// connection, and returns the error of tx's next statement.
+func killOwnConnection(ctx context.Context, t *testing.T, e *env, tx *guard.Tx) error {
+	t.Helper()
+	var id int64
+	if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+		return err
+	}
+	testenv.MustExec(t, e.db, fmt.Sprintf("KILL %d", id))
+	return increment(ctx, tx, 1)
+}
+
 func TestRetriesAreBounded(t *testing.T) {
 	retries := 0
 	e := newEnv(t, envConfig{guard: &guard.Options{MaxAttempts: 3, BackoffMin: time.Millisecond,
 		Hooks: guard.Hooks{OnRetry: func(string, int, error) { retries++ }}}})
 	ctx := context.Background()
-	deadlock := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
 	calls := 0
-	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { calls++; return deadlock })
-	if !errors.Is(err, deadlock) || calls != 3 || retries != 2 {
-		t.Fatalf("Do = %v after %d calls, %d retries; want the deadlock after 3 calls, 2 retries", err, calls, retries)
+	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		calls++
+		return killOwnConnection(ctx, t, e, tx)
+	})
+	if !fence.IsConnectionLost(err) || calls != 3 || retries != 2 {
+		t.Fatalf("Do = %v after %d calls, %d retries; want the lost connection after 3 calls, 2 retries", err, calls, retries)
+	}
+	if n := e.counter(1); n != 0 {
+		t.Fatalf("counter = %d, want 0: no killed attempt may leave anything", n)
 	}
 
 	// A non-retryable error is returned at once.
@@ -190,19 +210,54 @@ func TestRetriesAreBounded(t *testing.T) {
 
 func TestRetryBackoffStopsAtDeadline(t *testing.T) {
 	e := newEnv(t, envConfig{guard: &guard.Options{MaxAttempts: 5, BackoffMin: time.Minute}})
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	calls := 0
 	start := time.Now()
 	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
 		calls++
-		return &mysql.MySQLError{Number: 1213, Message: "Deadlock"}
+		return killOwnConnection(ctx, t, e, tx)
 	})
-	if !errors.Is(err, context.DeadlineExceeded) || mysqlErrno(err) != 1213 || calls != 1 {
+	if !errors.Is(err, context.DeadlineExceeded) || !fence.IsConnectionLost(err) || calls != 1 {
 		t.Fatalf("Do = %v after %d calls", err, calls)
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("Do took %v with a 300ms deadline", d)
+		t.Fatalf("Do took %v with a 2s deadline", d)
+	}
+	e.assertFree("k")
+}
+
+// Errors of fn's own making are never retried, whatever their class: an
+// io.ErrUnexpectedEOF from parsing an upstream reply, a net.Error from an
+// HTTP call, a MySQL deadlock error that did not come from this
+// transaction's statements. Retrying would run fn's work again although
+// nothing told Do the transaction was lost.
+func TestErrorsNotOfTheTransactionAreNotRetried(t *testing.T) {
+	retries := 0
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxAttempts: 3, BackoffMin: time.Millisecond,
+		Hooks: guard.Hooks{OnRetry: func(string, int, error) { retries++ }}}})
+	ctx := context.Background()
+	for _, fnErr := range []error{
+		fmt.Errorf("parse upstream: %w", io.ErrUnexpectedEOF),
+		fmt.Errorf("read body: %w", io.EOF),
+		fmt.Errorf("call inventory service: %w", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}),
+		fmt.Errorf("other database: %w", &mysql.MySQLError{Number: 1213, Message: "Deadlock found"}),
+		fmt.Errorf("other database: %w", mysql.ErrInvalidConn),
+	} {
+		calls := 0
+		err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			calls++
+			if err := increment(ctx, tx, 1); err != nil {
+				return err
+			}
+			return fnErr
+		})
+		if !errors.Is(err, fnErr) || calls != 1 {
+			t.Errorf("fn returning %v: Do = %v after %d calls, want that error after 1 call", fnErr, err, calls)
+		}
+	}
+	if retries != 0 || e.counter(1) != 0 {
+		t.Fatalf("%d retries, counter %d; want 0 and 0", retries, e.counter(1))
 	}
 	e.assertFree("k")
 }

@@ -1,30 +1,74 @@
 package guard
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/redfence/redfence/fence"
 )
 
 // Tx is the transaction fn runs in. It is a *sqlx.Tx whose first statement
 // claimed the key's fence row with the lock's token, so every statement fn
 // runs on it is ordered after the previous holders' commits and before the
 // next holders'. Commit and Rollback belong to Do.
+//
+// Tx's statement methods (Exec, Query, QueryRow, Get, Select, NamedExec,
+// Prepare and their Context, x and Named forms) watch over the transaction:
+//   - A statement that would end it, explicitly or by implicit commit
+//     (START TRANSACTION, BEGIN, COMMIT, ROLLBACK, DDL such as CREATE TABLE,
+//     LOCK TABLES, SET autocommit, account management), is refused with
+//     [ErrImplicitCommit] before it is sent; Do then rolls back and returns
+//     that error. A CREATE or DROP of a TEMPORARY table is allowed.
+//   - A statement whose effect the text does not show (CALL, EXECUTE, a
+//     compound statement) runs inside a savepoint that Do checks afterwards;
+//     if the statement ended the transaction, Do rolls back what is left and
+//     returns [ErrImplicitCommit].
+//   - After a deadlock, a lock wait timeout or a lost connection, the server
+//     has rolled the transaction (or the statement) back; later statements
+//     are refused with that error, and Do retries the whole transaction when
+//     fn returns that error or nil.
+//
+// The embedded *sqlx.Tx (t.Tx) and statements bound with Stmt run unwatched:
+// keep them to statements that stay inside the transaction.
 type Tx struct {
 	*sqlx.Tx
 
-	key     string
-	token   uint64
-	owner   string
-	opID    string
-	attempt int
+	key      string
+	resource string // the fence row's resource
+	token    uint64
+	owner    string
+	opID     string
+	attempt  int
 
 	savepoints atomic.Int64 // names of nested savepoints
-	// broken records a retryable error a nested Do returned: the server has
-	// rolled the whole transaction back, so committing what follows would
-	// write outside the fence. The attempt is retried even if fn returns nil.
-	broken atomic.Pointer[error]
+
+	// failed records the first failure that makes the transaction unusable:
+	// a retryable error of its own connection, or a statement that ended
+	// it. Later statements are refused with it, and Do does not commit.
+	failed atomic.Pointer[txFailure]
+
+	// check guards the savepoint that opaque statements run under.
+	check struct {
+		sync.Mutex
+		armed   bool  // the savepoint exists (as far as Tx knows)
+		pending bool  // Do must verify it before COMMIT
+		after   int64 // value of savepoints when it was set
+	}
 }
+
+type txFailure struct {
+	err   error
+	retry bool // the server rolled back: running the attempt again is safe
+}
+
+const checkSavepoint = "redfence_check"
 
 // Key returns the key Do locked and fenced.
 func (t *Tx) Key() string { return t.key }
@@ -53,11 +97,324 @@ func (t *Tx) Commit() error { return ErrTxManaged }
 // error.
 func (t *Tx) Rollback() error { return ErrTxManaged }
 
-func (t *Tx) markBroken(err error) { t.broken.CompareAndSwap(nil, &err) }
+// fail records the failure that makes the transaction unusable; the first
+// one wins.
+func (t *Tx) fail(err error, retry bool) {
+	t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry})
+}
 
-func (t *Tx) brokenErr() error {
-	if p := t.broken.Load(); p != nil {
-		return *p
+// failure returns the recorded failure, or nil.
+func (t *Tx) failure() *txFailure { return t.failed.Load() }
+
+// observe records err when it says the server rolled the transaction (or,
+// for a lock wait timeout, the statement) back, or the connection is gone.
+// Only errors of this transaction's own statements pass through here, so
+// an error of fn's own making, or of another transaction, is never taken
+// for one of these.
+func (t *Tx) observe(err error) error {
+	if err == nil {
+		return nil
+	}
+	// A deadlock or a lost connection rolled the transaction back; a lock
+	// wait timeout rolled back the statement (or, with
+	// innodb_rollback_on_timeout, the transaction). Either way statements
+	// that follow must not run in it.
+	if fence.Retryable(err) {
+		t.fail(err, true)
+	}
+	return err
+}
+
+const (
+	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
+	implicitCommitNote = "a statement in fn ended the fenced transaction"
+)
+
+// before vets query before it is sent. It returns an error when the
+// statement must not run, and whether the statement is opaque and must be
+// checked afterwards.
+func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) {
+	if f := t.failure(); f != nil {
+		return false, fmt.Errorf("guard: %q: transaction no longer usable: %w", t.key, f.err)
+	}
+	switch classify(query) {
+	case stmtEnds:
+		err := fmt.Errorf("%w: %q would end the transaction", ErrImplicitCommit, abbreviate(query))
+		t.fail(err, false)
+		return false, err
+	case stmtOpaque:
+		return true, t.arm(ctx)
+	}
+	return false, nil
+}
+
+// arm sets the check savepoint unless it is already set. A statement that
+// ends the transaction destroys it with the transaction.
+func (t *Tx) arm(ctx context.Context) error {
+	t.check.Lock()
+	defer t.check.Unlock()
+	if !t.check.armed {
+		if _, err := t.Tx.ExecContext(ctx, "SAVEPOINT "+checkSavepoint); err != nil {
+			return t.observe(fmt.Errorf("guard: %q: savepoint before a statement that may end the transaction: %w", t.key, err))
+		}
+		t.check.armed = true
+		t.check.after = t.savepoints.Load()
+	}
+	t.check.pending = true
+	return nil
+}
+
+// verify checks that the check savepoint, if set, still exists, that is,
+// that no statement ended the transaction since it was set. It is called
+// after an opaque Exec and by Do before COMMIT.
+func (t *Tx) verify(ctx context.Context) error {
+	t.check.Lock()
+	defer t.check.Unlock()
+	if !t.check.pending {
+		return nil
+	}
+	t.check.pending, t.check.armed = false, false
+	_, err := t.Tx.ExecContext(ctx, "RELEASE SAVEPOINT "+checkSavepoint)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erNoSuchSavepoint {
+		err = fmt.Errorf("%w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence", ErrImplicitCommit, implicitCommitNote)
+		t.fail(err, false)
+		return err
+	}
+	if err != nil {
+		return t.observe(fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err))
 	}
 	return nil
 }
+
+// rolledBackTo tells Tx that the nested savepoint number n was rolled back
+// to, which destroys the check savepoint if it was set after it.
+func (t *Tx) rolledBackTo(n int64) {
+	t.check.Lock()
+	defer t.check.Unlock()
+	if t.check.armed && t.check.after >= n {
+		t.check.armed, t.check.pending = false, false
+	}
+}
+
+// after finishes an Exec: an opaque statement is verified at once, so that
+// statements after it cannot run outside a transaction it ended.
+func (t *Tx) afterExec(ctx context.Context, opaque bool, err error) error {
+	if err != nil {
+		return t.observe(err)
+	}
+	if opaque {
+		return t.verify(ctx)
+	}
+	return nil
+}
+
+func abbreviate(q string) string {
+	const max = 60
+	if len(q) > max {
+		return q[:max] + "…"
+	}
+	return q
+}
+
+// refusedCtx returns a cancelled ctx, for a refused statement that must
+// return a row: database/sql offers no way to make a *sql.Row carry an error
+// of its own, so the statement runs on a cancelled context, is never sent,
+// and the row's Scan fails. The error Do returns names the reason.
+func refusedCtx(ctx context.Context) context.Context {
+	c, cancel := context.WithCancel(ctx)
+	cancel()
+	return c
+}
+
+// ExecContext runs query in the transaction; see [Tx] for what is refused.
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.Tx.ExecContext(ctx, query, args...)
+	if err = t.afterExec(ctx, opaque, err); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Exec is ExecContext with context.Background.
+func (t *Tx) Exec(query string, args ...any) (sql.Result, error) {
+	return t.ExecContext(context.Background(), query, args...)
+}
+
+// MustExecContext is ExecContext that panics on error.
+func (t *Tx) MustExecContext(ctx context.Context, query string, args ...any) sql.Result {
+	res, err := t.ExecContext(ctx, query, args...)
+	if err != nil {
+		panic(err)
+	}
+	return res
+}
+
+// MustExec is MustExecContext with context.Background.
+func (t *Tx) MustExec(query string, args ...any) sql.Result {
+	return t.MustExecContext(context.Background(), query, args...)
+}
+
+// QueryContext runs query in the transaction; see [Tx] for what is refused.
+func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if _, err := t.before(ctx, query); err != nil {
+		return nil, err
+	}
+	rows, err := t.Tx.QueryContext(ctx, query, args...)
+	return rows, t.observe(err)
+}
+
+// Query is QueryContext with context.Background.
+func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
+	return t.QueryContext(context.Background(), query, args...)
+}
+
+// QueryxContext is QueryContext returning *sqlx.Rows.
+func (t *Tx) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
+	if _, err := t.before(ctx, query); err != nil {
+		return nil, err
+	}
+	rows, err := t.Tx.QueryxContext(ctx, query, args...)
+	return rows, t.observe(err)
+}
+
+// Queryx is QueryxContext with context.Background.
+func (t *Tx) Queryx(query string, args ...any) (*sqlx.Rows, error) {
+	return t.QueryxContext(context.Background(), query, args...)
+}
+
+// QueryRowContext runs a query expected to return at most one row. A refused
+// statement is not sent, and the row's Scan fails; Do returns the reason.
+func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if _, err := t.before(ctx, query); err != nil {
+		return t.Tx.QueryRowContext(refusedCtx(ctx), query, args...)
+	}
+	return t.Tx.QueryRowContext(ctx, query, args...)
+}
+
+// QueryRow is QueryRowContext with context.Background.
+func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
+	return t.QueryRowContext(context.Background(), query, args...)
+}
+
+// QueryRowxContext is QueryRowContext returning *sqlx.Row.
+func (t *Tx) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	if _, err := t.before(ctx, query); err != nil {
+		return t.Tx.QueryRowxContext(refusedCtx(ctx), query, args...)
+	}
+	return t.Tx.QueryRowxContext(ctx, query, args...)
+}
+
+// QueryRowx is QueryRowxContext with context.Background.
+func (t *Tx) QueryRowx(query string, args ...any) *sqlx.Row {
+	return t.QueryRowxContext(context.Background(), query, args...)
+}
+
+// GetContext scans one row of query into dest (see sqlx.GetContext).
+func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	if _, err := t.before(ctx, query); err != nil {
+		return err
+	}
+	return t.observe(t.Tx.GetContext(ctx, dest, query, args...))
+}
+
+// Get is GetContext with context.Background.
+func (t *Tx) Get(dest any, query string, args ...any) error {
+	return t.GetContext(context.Background(), dest, query, args...)
+}
+
+// SelectContext scans the rows of query into dest (see sqlx.SelectContext).
+func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	if _, err := t.before(ctx, query); err != nil {
+		return err
+	}
+	return t.observe(t.Tx.SelectContext(ctx, dest, query, args...))
+}
+
+// Select is SelectContext with context.Background.
+func (t *Tx) Select(dest any, query string, args ...any) error {
+	return t.SelectContext(context.Background(), dest, query, args...)
+}
+
+// NamedExecContext runs a query with named parameters (see
+// sqlx.NamedExecContext).
+func (t *Tx) NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error) {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := t.Tx.NamedExecContext(ctx, query, arg)
+	if err = t.afterExec(ctx, opaque, err); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// NamedExec is NamedExecContext with context.Background.
+func (t *Tx) NamedExec(query string, arg any) (sql.Result, error) {
+	return t.NamedExecContext(context.Background(), query, arg)
+}
+
+// NamedQuery runs a query with named parameters (see sqlx.NamedQuery).
+func (t *Tx) NamedQuery(query string, arg any) (*sqlx.Rows, error) {
+	if _, err := t.before(context.Background(), query); err != nil {
+		return nil, err
+	}
+	rows, err := t.Tx.NamedQuery(query, arg)
+	return rows, t.observe(err)
+}
+
+// PrepareContext prepares query for use in the transaction. A statement that
+// would end the transaction is refused here; an opaque one is checked before
+// COMMIT.
+func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	if _, err := t.before(ctx, query); err != nil {
+		return nil, err
+	}
+	st, err := t.Tx.PrepareContext(ctx, query)
+	return st, t.observe(err)
+}
+
+// Prepare is PrepareContext with context.Background.
+func (t *Tx) Prepare(query string) (*sql.Stmt, error) {
+	return t.PrepareContext(context.Background(), query)
+}
+
+// PreparexContext is PrepareContext returning *sqlx.Stmt.
+func (t *Tx) PreparexContext(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	if _, err := t.before(ctx, query); err != nil {
+		return nil, err
+	}
+	st, err := t.Tx.PreparexContext(ctx, query)
+	return st, t.observe(err)
+}
+
+// Preparex is PreparexContext with context.Background.
+func (t *Tx) Preparex(query string) (*sqlx.Stmt, error) {
+	return t.PreparexContext(context.Background(), query)
+}
+
+// PrepareNamedContext prepares a query with named parameters.
+func (t *Tx) PrepareNamedContext(ctx context.Context, query string) (*sqlx.NamedStmt, error) {
+	if _, err := t.before(ctx, query); err != nil {
+		return nil, err
+	}
+	st, err := t.Tx.PrepareNamedContext(ctx, query)
+	return st, t.observe(err)
+}
+
+// PrepareNamed is PrepareNamedContext with context.Background.
+func (t *Tx) PrepareNamed(query string) (*sqlx.NamedStmt, error) {
+	return t.PrepareNamedContext(context.Background(), query)
+}
+
+// Compile-time checks: Tx serves sqlx's helpers (sqlx.GetContext,
+// sqlx.SelectContext, sqlx.NamedExecContext) through its watched methods.
+var (
+	_ sqlx.ExtContext = (*Tx)(nil)
+	_ sqlx.Ext        = (*Tx)(nil)
+)

@@ -1,0 +1,489 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/redislock"
+)
+
+// batchRun is the runner of one batch: it takes the key's lock, runs the
+// members' turns in one transaction per attempt, commits, unlocks and
+// delivers every member's result.
+type batchRun struct {
+	g        *Guard
+	b        *batch
+	ctx      context.Context // the batch's ctx
+	lctx     context.Context // ctx, also ended when the lock is lost
+	token    uint64
+	owner    string
+	acquired time.Time
+	released chan struct{} // see Guard.commit
+}
+
+// runBatch is the goroutine of a batch at the head of its key's queue. Its
+// owners are the batch's members: the last one to leave waits for it.
+func (g *Guard) runBatch(b *batch) {
+	defer close(b.finished)
+	defer g.batches.finish(g, b)
+	defer b.cancel(nil)
+	r := &batchRun{g: g, b: b, ctx: b.ctx}
+	key := b.key
+
+	start := time.Now()
+	var lk *redislock.Lock
+	var err error
+	if g.fb != nil {
+		lk, err = g.fb.lock(r.ctx, key)
+		if err != nil && r.ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
+			g.opt.Logger.Debug("guard: Redis unavailable for this batch", "key", key, "err", err)
+			g.batches.mu.Lock()
+			b.closed = true
+			g.batches.mu.Unlock()
+			r.deliver(errUseDatabase, nil)
+			return
+		}
+	} else {
+		lk, err = g.locker.Lock(r.ctx, key)
+	}
+	if err != nil {
+		err = fmt.Errorf("guard: lock %q: %w", key, err)
+		r.grant(0, err)
+		r.deliver(err, nil)
+		return
+	}
+	r.acquired = time.Now()
+	r.token, r.owner = lk.Token(), lk.Owner()
+	r.grant(r.token, nil)
+	g.opt.Logger.Debug("guard: lock acquired", "key", key, "token", r.token, "wait", r.acquired.Sub(start), "batch", len(b.members))
+	if h := g.opt.Hooks.OnAcquired; h != nil {
+		h(key, r.token, r.acquired.Sub(start))
+	}
+
+	var stop func()
+	r.lctx, stop = g.watch(r.ctx, lk)
+	r.attempts()
+	stop()
+
+	ustart := time.Now()
+	uerr := g.unlock(r.ctx, lk)
+	r.step(r.b.members, StepUnlock, 0, ustart, uerr)
+	if r.released != nil {
+		<-r.released
+	}
+	r.deliver(nil, uerr)
+}
+
+// grant closes the batch to new members and records each member's lock
+// wait.
+func (r *batchRun) grant(token uint64, err error) {
+	bs := &r.g.batches
+	end := time.Now()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	r.b.closed = true
+	for _, m := range r.b.members {
+		if m.traced && !m.left {
+			m.steps = append(m.steps, Step{Kind: StepLock, Token: token, Start: m.joined, Duration: end.Sub(m.joined), Err: err})
+		}
+	}
+}
+
+// step records a stage of the batch for each of ms still waiting.
+func (r *batchRun) step(ms []*member, kind StepKind, attempt int, start time.Time, err error) {
+	end := time.Now()
+	bs := &r.g.batches
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, m := range ms {
+		if m.traced && !m.left {
+			m.steps = append(m.steps, Step{Kind: kind, Token: r.token, Attempt: attempt, Start: start, Duration: end.Sub(start), Err: err})
+		}
+	}
+}
+
+// open returns the members still waiting for a result, in order, and marks
+// that none of them has work in a transaction.
+func (r *batchRun) open() []*member {
+	bs := &r.g.batches
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	var ms []*member
+	for _, m := range r.b.members {
+		if !m.final && !m.left {
+			m.ran = false
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// unran records that the work of ms was rolled back: a member that leaves
+// before its next turn touched nothing.
+func (r *batchRun) unran(ms []*member) {
+	bs := &r.g.batches
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, m := range ms {
+		m.ran = false
+	}
+}
+
+// settle makes err m's result.
+func (r *batchRun) settle(m *member, err error) {
+	bs := &r.g.batches
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if !m.final {
+		m.final, m.err = true, err
+	}
+}
+
+// settleOpen makes err the result of every member still waiting for one.
+func (r *batchRun) settleOpen(err error) {
+	bs := &r.g.batches
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, m := range r.b.members {
+		if !m.final {
+			m.final, m.err = true, err
+		}
+	}
+}
+
+// deliver hands every member its result: err for those that have none
+// (the lock was not acquired), and uerr, a failed unlock, joined to every
+// error. A committed member's result stays nil: reporting the unlock would
+// invite a retry that applies its work twice; the lock expires with its
+// lease.
+func (r *batchRun) deliver(err, uerr error) {
+	bs := &r.g.batches
+	if err == nil {
+		err = fmt.Errorf("%w: %q: the batch ended before this call ran", ErrNotCommitted, r.b.key)
+	}
+	committed := false
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, m := range r.b.members {
+		if !m.final {
+			m.final, m.err = true, err
+		}
+		if errors.Is(m.err, errUseDatabase) {
+			m.useDB = true
+		}
+		switch {
+		case m.err == nil:
+			committed = true
+		case uerr != nil && !m.useDB:
+			m.err = errors.Join(m.err, uerr)
+		}
+		close(m.done)
+	}
+	r.b.delivered = true
+	if uerr != nil && committed {
+		r.g.opt.Logger.Warn("guard: unlock failed; the lock expires with its lease", "key", r.b.key, "token", r.token, "err", uerr)
+	}
+}
+
+// attempts runs the batch's transaction until every member has a result,
+// retrying the whole transaction after a failure of its own statements, as
+// Guard.attempts does for one caller.
+func (r *batchRun) attempts() {
+	g, key := r.g, r.b.key
+	for n := 1; ; n++ {
+		retry, err := r.attempt(n)
+		if !retry {
+			if err != nil {
+				r.settleOpen(err)
+			}
+			return
+		}
+		if n >= g.opt.MaxAttempts {
+			r.settleOpen(fmt.Errorf("guard: %q: giving up after %d attempts: %w", key, n, err))
+			return
+		}
+		g.opt.Logger.Warn("guard: retrying batch transaction", "key", key, "token", r.token, "attempt", n, "err", err)
+		if h := g.opt.Hooks.OnRetry; h != nil {
+			h(key, n, err)
+		}
+		if serr := sleep(r.lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
+			r.settleOpen(errors.Join(err, g.lostOr(r.lctx, serr)))
+			return
+		}
+	}
+}
+
+// attempt runs one transaction for the members still waiting. err, when
+// not nil, is the result of all of them (or, with retry, the failure to
+// retry); results of single members are settled on the way.
+func (r *batchRun) attempt(n int) (retry bool, err error) {
+	g, key, ctx, lctx := r.g, r.b.key, r.ctx, r.lctx
+	open := r.open()
+	if len(open) == 0 {
+		return false, nil
+	}
+	cstart := time.Now()
+	claimed := false
+	defer func() {
+		if !claimed {
+			r.step(open, StepClaim, n, cstart, err)
+		}
+	}()
+	if lctx.Err() != nil {
+		return false, g.lostOr(lctx, context.Cause(lctx))
+	}
+	resource := g.resource(key)
+	if err := g.ensure(lctx, resource); err != nil {
+		err = g.lostOr(lctx, err)
+		return fence.Retryable(err) && lctx.Err() == nil, err
+	}
+	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
+	// fn returned must not roll back a commit that is safe to make.
+	stx, err := g.db.BeginTxx(ctx, g.opt.TxOptions)
+	if err != nil {
+		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
+	}
+	tx := &Tx{Tx: stx, key: key, resource: resource, token: r.token, owner: r.owner, opID: newOpID(), attempt: n}
+	finished := false
+	defer func() {
+		if !finished {
+			g.rollback(ctx, stx)
+		}
+	}()
+	if err := fence.ClaimOp(lctx, stx, resource, r.token, tx.owner, tx.opID); err != nil {
+		if errors.Is(err, fence.ErrStale) {
+			finished = true
+			g.rollback(ctx, stx)
+			return false, g.fenced(ctx, key, r.token, err)
+		}
+		err = g.lostOr(lctx, err)
+		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
+	}
+	claimed = true
+	r.step(open, StepClaim, n, cstart, nil)
+
+	ran, failed, causer := r.turns(open, tx, n)
+	if failed != nil {
+		finished = true
+		g.rollback(ctx, stx)
+		if failed.retry {
+			// The server rolled the transaction back: every member with
+			// work in it runs again.
+			r.unran(open)
+			return lctx.Err() == nil, g.lostOr(lctx, failed.err)
+		}
+		r.failBatch(open, ran, causer, failed.err)
+		return false, nil
+	}
+	if lctx.Err() != nil {
+		// Members the lost lock kept from running get the loss; the work of
+		// those that ran is committed, as Do commits one caller's work when
+		// the lock is lost after fn returned.
+		lost := g.lostOr(lctx, context.Cause(lctx))
+		for _, m := range open {
+			if !contains(ran, m) {
+				r.settle(m, lost)
+			}
+		}
+	}
+	if len(ran) == 0 {
+		finished = true
+		g.rollback(ctx, stx)
+		return false, nil
+	}
+	if err := tx.verify(ctx); err != nil {
+		finished = true
+		g.rollback(ctx, stx)
+		if f := tx.failure(); f != nil && f.retry {
+			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		return false, g.lostOr(lctx, err)
+	}
+	if g.beforeCommit != nil {
+		g.beforeCommit(ctx, tx)
+	}
+	finished = true
+	mstart := time.Now()
+	if cerr := g.commit(ctx, stx, &r.released); cerr != nil {
+		retry, err := g.commitFailed(ctx, tx, r.acquired, cerr)
+		r.step(ran, StepCommit, n, mstart, err)
+		if retry {
+			r.unran(open)
+			return true, err
+		}
+		for _, m := range ran {
+			r.settle(m, err)
+		}
+		return false, nil
+	}
+	r.step(ran, StepCommit, n, mstart, nil)
+	g.committed(ctx, tx, r.acquired)
+	for _, m := range ran {
+		r.settle(m, nil)
+	}
+	return false, nil
+}
+
+// turns hands tx to each member of open in order and returns those whose
+// work is in tx. It stops early when the lock is lost or tx fails; failed
+// is then tx's failure, and causer the member whose turn it was.
+func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *txFailure, causer *member) {
+	g, key, ctx, lctx := r.g, r.b.key, r.ctx, r.lctx
+	// One member needs no savepoint: its error rolls the transaction back.
+	savepoints := len(open) > 1
+	for _, m := range open {
+		if lctx.Err() != nil {
+			return ran, nil, nil
+		}
+		var sp string
+		var spn int64
+		if savepoints {
+			spn = tx.savepoints.Add(1)
+			sp = "redfence_sp" + strconv.FormatInt(spn, 10)
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+				return ran, r.broken(tx, fmt.Errorf("guard: %q: savepoint: %w", key, err)), nil
+			}
+		}
+		rep, handed := r.handOver(m, tx)
+		switch {
+		case !handed:
+			continue
+		case rep.skipped:
+			r.settle(m, notAcquired(key, context.Cause(m.ctx)))
+			continue
+		case rep.aborted != nil:
+			// The member is leaving with a panic: undo its work first.
+			if savepoints {
+				r.rollbackTo(tx, sp, spn)
+			}
+			close(rep.aborted)
+			r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
+			if f := tx.failure(); f != nil || !savepoints {
+				if f == nil {
+					f = &txFailure{err: fmt.Errorf("guard: %q: fn panicked", key)}
+				}
+				return ran, f, nil
+			}
+			continue
+		}
+		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
+		if f := tx.failure(); f != nil {
+			if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {
+				// fn's own error is returned as it is, never retried; the
+				// others run again.
+				r.settle(m, g.lostOr(lctx, rep.err))
+			}
+			return ran, f, m
+		}
+		if rep.err != nil {
+			ferr := rep.err
+			if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
+				ferr = fmt.Errorf("%w (fn: %w)", cause, rep.err)
+			}
+			if !savepoints {
+				r.settle(m, ferr)
+				return ran, nil, nil
+			}
+			r.rollbackTo(tx, sp, spn)
+			if f := tx.failure(); f != nil {
+				r.settle(m, ferr)
+				return ran, f, nil
+			}
+			r.settle(m, ferr)
+			continue
+		}
+		ran = append(ran, m)
+		// A statement that ended the transaction must not let the next
+		// member's work run outside it.
+		if err := tx.verify(ctx); err != nil {
+			return ran, r.broken(tx, err), m
+		}
+	}
+	return ran, nil, nil
+}
+
+// handOver gives m its turn and waits for its report. handed is false when
+// m has left.
+func (r *batchRun) handOver(m *member, tx *Tx) (rep report, handed bool) {
+	bs := &r.g.batches
+	bs.mu.Lock()
+	if m.left || m.final {
+		bs.mu.Unlock()
+		return report{}, false
+	}
+	m.turnSent = true
+	bs.mu.Unlock()
+	m.turn <- turn{tx: tx, lctx: r.lctx}
+	return <-m.report, true
+}
+
+// rollbackTo undoes a member's work. Bound to the batch's ctx, not to lctx:
+// a lock lost meanwhile must not keep the other members' work from
+// committing. A failure marks tx unusable, so that the work never commits.
+func (r *batchRun) rollbackTo(tx *Tx, sp string, n int64) {
+	if _, err := tx.ExecContext(r.ctx, "ROLLBACK TO SAVEPOINT "+sp); err != nil {
+		r.broken(tx, fmt.Errorf("guard: %q: rollback to savepoint: %w", r.b.key, err))
+		return
+	}
+	tx.rolledBackTo(n)
+}
+
+// broken returns tx's failure, recording err as one that is not retried
+// when none is recorded.
+func (r *batchRun) broken(tx *Tx, err error) *txFailure {
+	if tx.failure() == nil {
+		tx.fail(err, false)
+	}
+	return tx.failure()
+}
+
+// failBatch settles the members of a transaction that failed for good
+// (ErrImplicitCommit, a savepoint that could not be rolled back to). The
+// member whose turn it was gets the failure; those whose work was in the
+// transaction learn that it did not commit, or, when a statement ended the
+// transaction (possibly committing what preceded it), that the outcome is
+// unknown; those that had not run learn that nothing ran.
+func (r *batchRun) failBatch(open, ran []*member, causer *member, ferr error) {
+	key := r.b.key
+	ended := errors.Is(ferr, ErrImplicitCommit) && strings.Contains(ferr.Error(), implicitCommitNote)
+	for _, m := range open {
+		var err error
+		switch {
+		case m == causer:
+			err = ferr
+			r.g.batches.mu.Lock()
+			if fe := m.fnErr; fe != nil && !errors.Is(fe, ferr) {
+				err = errors.Join(ferr, fe)
+			}
+			r.g.batches.mu.Unlock()
+		case contains(ran, m) && ended:
+			err = fmt.Errorf("%w: %q: another call of the batch ended the transaction: %v", ErrOutcomeUnknown, key, ferr)
+		default:
+			err = fmt.Errorf("%w: %q: another call of the batch failed the transaction: %v", ErrNotCommitted, key, ferr)
+		}
+		r.settle(m, err)
+	}
+}
+
+// fnStepErr is the error StepFn reports: fn's, or the failure of tx it
+// ignored.
+func fnStepErr(tx *Tx, err error) error {
+	if f := tx.failure(); f != nil && err == nil {
+		return f.err
+	}
+	return err
+}
+
+func contains(ms []*member, m *member) bool {
+	for _, x := range ms {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,329 @@
+package guard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/redfence/redfence/redislock"
+)
+
+// Fallback says what Do does while Redis is unavailable.
+type Fallback int
+
+const (
+	// FallbackNone: Do fails while Redis is unavailable.
+	FallbackNone Fallback = iota
+	// FallbackDatabase: while Redis is unavailable, Do serialises the
+	// callers of a key in the database itself. The fence row's lock is the
+	// mutex, and the claim mints the token (see fence.ClaimNext), so tokens
+	// keep growing across both modes and a Redis-mode holder and a
+	// database-mode holder of one key are serialised by the fence row like
+	// any two holders. Callers then wait in the database, each holding a
+	// connection (bounded by Options.FallbackMaxWaiters and
+	// FallbackMaxWaitersPerKey), and the queue is not FIFO.
+	FallbackDatabase
+)
+
+func (f Fallback) String() string {
+	switch f {
+	case FallbackNone:
+		return "none"
+	case FallbackDatabase:
+		return "database"
+	}
+	return fmt.Sprintf("Fallback(%d)", int(f))
+}
+
+// Mode is how a Do holds its key.
+type Mode int
+
+const (
+	// ModeRedis: through the fair Redis lock and its token.
+	ModeRedis Mode = iota
+	// ModeDatabase: through the fence row alone, with a token the database
+	// minted (Options.Fallback).
+	ModeDatabase
+)
+
+func (m Mode) String() string {
+	if m == ModeDatabase {
+		return "database"
+	}
+	return "redis"
+}
+
+// errUseDatabase ends a Redis-mode lock wait when the breaker opens.
+var errUseDatabase = errors.New("guard: Redis unavailable; switching to the database")
+
+// fallback is a Guard's state for Options.Fallback: the circuit breaker
+// over Redis, the health probe, and the limits on database-mode callers.
+type fallback struct {
+	g     *Guard
+	cb    *gobreaker.CircuitBreaker[*redislock.Lock]
+	owner string // owner recorded by database-mode claims
+
+	mu         sync.Mutex
+	waits      map[*int]context.CancelCauseFunc // Redis-mode lock waits to end when the breaker opens
+	probing    bool                             // a health probe is in flight
+	recovering bool                             // the half-open probe is in flight
+	probed     time.Time                        // when the last probe ended
+
+	all    chan struct{}            // slots of database-mode callers in the Guard
+	perKey map[string]chan struct{} // slots per key, removed when unused
+	users  map[string]int           // callers holding or waiting for a key's slots
+}
+
+func newFallback(g *Guard) *fallback {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	f := &fallback{g: g, owner: "db:" + hex.EncodeToString(b[:]),
+		waits: map[*int]context.CancelCauseFunc{}, all: make(chan struct{}, g.opt.FallbackMaxWaiters),
+		perKey: map[string]chan struct{}{}, users: map[string]int{}}
+	threshold := uint32(g.opt.FallbackAfter)
+	f.cb = gobreaker.NewCircuitBreaker[*redislock.Lock](gobreaker.Settings{
+		Name:        "redfence-redis",
+		MaxRequests: 1,
+		Timeout:     g.opt.FallbackRetry,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
+		// The caller giving up, or bad input, says nothing of Redis.
+		IsExcluded: func(err error) bool { return err != nil && !redisFailure(err) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			f.changed(from, to)
+		},
+	})
+	return f
+}
+
+// redisFailure tells whether err, from Lock or Ping, says Redis is
+// unavailable, as opposed to the caller giving up or bad input.
+func redisFailure(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, errUseDatabase),
+		errors.Is(err, redislock.ErrInvalidKey), errors.Is(err, redislock.ErrInvalidOptions),
+		errors.Is(err, redislock.ErrClosed), errors.Is(err, redislock.ErrNotReplicated):
+		return false
+	}
+	return true
+}
+
+// errProbe marks a health probe that got no answer in time.
+var errProbe = errors.New("guard: Redis did not answer the health probe")
+
+func (f *fallback) changed(from, to gobreaker.State) {
+	g := f.g
+	switch to {
+	case gobreaker.StateOpen:
+		if from == gobreaker.StateClosed {
+			g.opt.Logger.Warn("guard: Redis unavailable; Do runs in database mode")
+			if h := g.opt.Hooks.OnModeChange; h != nil {
+				h(ModeRedis, ModeDatabase)
+			}
+		}
+		f.mu.Lock()
+		for w, cancel := range f.waits {
+			cancel(errUseDatabase)
+			delete(f.waits, w)
+		}
+		f.mu.Unlock()
+	case gobreaker.StateClosed:
+		g.opt.Logger.Info("guard: Redis answers again; Do runs in Redis mode")
+		if h := g.opt.Hooks.OnModeChange; h != nil {
+			h(ModeDatabase, ModeRedis)
+		}
+	}
+}
+
+// lock takes the Redis lock through the breaker. It returns errUseDatabase
+// (wrapped) when Do must run in database mode instead: the breaker is open,
+// a half-open probe is already under way, or it opened during the wait.
+func (f *fallback) lock(ctx context.Context, key string) (*redislock.Lock, error) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := new(int)
+	f.mu.Lock()
+	f.waits[w] = cancel
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.waits, w)
+		f.mu.Unlock()
+	}()
+
+	// A wait longer than FallbackProbeAfter may be a queue or a Redis that
+	// stopped answering: health probes, every FallbackProbeAfter while the
+	// wait lasts (and at most that often per Guard), tell them apart.
+	stopProbes := make(chan struct{})
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		t := time.NewTicker(f.g.opt.FallbackProbeAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProbes:
+				return
+			case <-lctx.Done():
+				return
+			case <-t.C:
+				f.probe(lctx)
+			}
+		}
+	}()
+	defer func() {
+		close(stopProbes)
+		cancel(nil) // a probe under way returns at once
+		<-probesDone
+	}()
+
+	switch f.cb.State() { // moves an expired open state to half-open
+	case gobreaker.StateOpen:
+		return nil, errUseDatabase
+	case gobreaker.StateHalfOpen:
+		// Whether Redis is back is told by a PING on the side, not by a
+		// caller's lock wait, which a dead Redis could hold for its client's
+		// dial and read timeouts.
+		f.recover()
+		return nil, errUseDatabase
+	}
+	lk, err := f.cb.Execute(func() (*redislock.Lock, error) {
+		return f.g.locker.Lock(lctx, key)
+	})
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		return nil, fmt.Errorf("%w (%v)", errUseDatabase, err)
+	case err != nil && errors.Is(context.Cause(lctx), errUseDatabase) && ctx.Err() == nil:
+		return nil, errUseDatabase
+	}
+	return lk, err
+}
+
+// probe pings Redis through the breaker, unless a probe is under way or
+// one ended within FallbackProbeAfter. It returns early when ctx ends (the
+// ping then finishes on a goroutine the Locker owns).
+func (f *fallback) probe(ctx context.Context) {
+	opt := &f.g.opt
+	f.mu.Lock()
+	if f.probing || time.Since(f.probed) < opt.FallbackProbeAfter {
+		f.mu.Unlock()
+		return
+	}
+	f.probing = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.probing, f.probed = false, time.Now()
+		f.mu.Unlock()
+	}()
+	pctx, cancel := context.WithTimeout(ctx, opt.FallbackProbeTimeout)
+	defer cancel()
+	_, _ = f.cb.Execute(func() (*redislock.Lock, error) {
+		err := f.g.locker.Ping(pctx)
+		if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+			// No answer within the probe's own timeout: a failure of Redis,
+			// not of the caller.
+			err = fmt.Errorf("%w within %v", errProbe, opt.FallbackProbeTimeout)
+		}
+		return nil, err
+	})
+}
+
+// recover starts the half-open probe, unless one is under way: a PING
+// bounded by FallbackProbeTimeout, on a goroutine of the Guard's that ends
+// with it (Locker.Ping returns when its ctx ends). Its success closes the
+// breaker: the next calls use Redis again.
+func (f *fallback) recover() {
+	f.mu.Lock()
+	if f.recovering {
+		f.mu.Unlock()
+		return
+	}
+	f.recovering = true
+	f.mu.Unlock()
+	go func() {
+		defer func() {
+			f.mu.Lock()
+			f.recovering = false
+			f.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), f.g.opt.FallbackProbeTimeout)
+		defer cancel()
+		_, _ = f.cb.Execute(func() (*redislock.Lock, error) {
+			err := f.g.locker.Ping(ctx)
+			if err != nil && ctx.Err() != nil {
+				err = fmt.Errorf("%w within %v", errProbe, f.g.opt.FallbackProbeTimeout)
+			}
+			return nil, err
+		})
+	}()
+}
+
+// admit waits for a database-mode slot for key, holding no connection, and
+// returns the function that frees it.
+func (f *fallback) admit(ctx context.Context, key string) (func(), error) {
+	f.mu.Lock()
+	ch := f.perKey[key]
+	if ch == nil {
+		ch = make(chan struct{}, f.g.opt.FallbackMaxWaitersPerKey)
+		f.perKey[key] = ch
+	}
+	f.users[key]++
+	f.mu.Unlock()
+	leave := func() {
+		f.mu.Lock()
+		if f.users[key]--; f.users[key] == 0 {
+			delete(f.users, key)
+			delete(f.perKey, key)
+		}
+		f.mu.Unlock()
+	}
+	select {
+	case ch <- struct{}{}:
+	case <-ctx.Done():
+		leave()
+		return nil, fmt.Errorf("%w: %q: %w", ErrFallbackLimit, key, context.Cause(ctx))
+	}
+	select {
+	case f.all <- struct{}{}:
+	case <-ctx.Done():
+		<-ch
+		leave()
+		return nil, fmt.Errorf("%w: %q: %w", ErrFallbackLimit, key, context.Cause(ctx))
+	}
+	return func() {
+		<-f.all
+		<-ch
+		leave()
+	}, nil
+}
+
+// runDB is Do in database mode: no Redis, the fence row's lock serialises the
+// callers, and each attempt's claim mints the token.
+func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
+	f := g.fb
+	start := time.Now()
+	release, err := f.admit(ctx, key)
+	if err != nil {
+		tr.step(StepLock, 0, 0, start, err)
+		return err
+	}
+	defer release()
+	tr.mode(ModeDatabase)
+	tr.step(StepLock, 0, 0, start, nil)
+	g.opt.Logger.DebugContext(ctx, "guard: database mode", "key", key)
+	var released chan struct{}
+	defer func() {
+		if released != nil {
+			<-released
+		}
+	}()
+	return g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, time.Now(), fn, &released, tr)
+}
