@@ -1,0 +1,31 @@
+// Package redfenceotel records OpenTelemetry traces and metrics of
+// [guard.Guard.Do] calls, built on [guard.Hooks]. It is a module of its own so
+// that redfence's core does not depend on OpenTelemetry.
+//
+//	opt := &guard.Options{}
+//	if err := redfenceotel.Instrument(opt, nil); err != nil { ... }
+//	g := guard.New(locker, db, opt)
+//
+// Traces: a span "redfence.Do" per call (attributes redfence.key,
+// redfence.token, redfence.attempts, redfence.outcome; error status unless
+// it committed), with a child span per step: redfence.lock (the wait in the
+// FIFO queue), redfence.claim, redfence.fn and redfence.commit per attempt,
+// and redfence.unlock. The Do span is started from the ctx given to Do, and
+// fn's ctx carries it, so spans of fn's own statements nest below it.
+//
+// Metrics (names as exported; durations in seconds):
+//   - redfence.lock.wait: histogram of the time spent queued for the lock,
+//     with redfence.acquired;
+//   - redfence.lock.hold: histogram of the time from grant to unlock;
+//   - redfence.do.duration: histogram of whole calls, with redfence.outcome;
+//   - redfence.do.outcomes: counter of calls by redfence.outcome (committed,
+//     fenced, lost, not_committed, outcome_unknown, failed, not_acquired);
+//   - redfence.do.retries: counter of transaction retries;
+//   - redfence.locks.held: up-down counter of locks held now by this process;
+//   - redfence.fallback.active: up-down counter of Guards in database mode
+//     now (guard.Options.Fallback); redfence.do.outcomes also carries
+//     redfence.mode (redis or database).
+//
+// Keys are not metric attributes by default (their number is unbounded); set
+// Options.MetricKey to map a key to a bounded label.
+package redfenceotel
