@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql/driver"
 	"net"
+	"strings"
 	"sync/atomic"
 )
 
 // commitHookConnector wraps the MySQL driver so that a test can act at the
-// moment a transaction's COMMIT is about to be sent: every COMMIT first runs
-// the current hook (if any), then goes to the real driver.
+// moment a transaction's COMMIT is about to be sent: every COMMIT, through
+// Tx.Commit or sent as a statement (as guard does to bound it by its ctx),
+// first runs the current hook (if any), then goes to the real driver.
 type commitHookConnector struct {
 	driver.Connector
 	hook *atomic.Pointer[func()]
@@ -48,6 +50,15 @@ func (c *hookConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 		return nil, err
 	}
 	return &hookTx{Tx: tx, hook: c.hook}, nil
+}
+
+func (c *hookConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if strings.EqualFold(strings.TrimSpace(query), "COMMIT") {
+		if f := c.hook.Load(); f != nil {
+			(*f)()
+		}
+	}
+	return c.fullConn.ExecContext(ctx, query, args)
 }
 
 type hookTx struct {

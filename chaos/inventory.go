@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/migrations"
 	"github.com/redfence/redfence/redislock"
@@ -21,7 +23,9 @@ var ErrSoldOut = errors.New("chaos: sold out")
 // is commit order, and every write sets stock and seq from the values read
 // (no relative UPDATE that InnoDB would serialise on its own), so a failure
 // of the fence shows up as a duplicate seq, a lost update or an oversell
-// rather than being hidden by the database.
+// rather than being hidden by the database. orders.fence_op is the
+// operation id of the fence claim the order was written under, so the checks
+// can tell whether the fence row names the last committed order.
 const (
 	createItems = `CREATE TABLE IF NOT EXISTS items (
 	id VARCHAR(64) NOT NULL PRIMARY KEY,
@@ -36,12 +40,13 @@ const (
 	token BIGINT UNSIGNED NOT NULL,
 	seq BIGINT NOT NULL,
 	stock_after INT NOT NULL,
+	fence_op VARCHAR(191) NOT NULL,
 	KEY (op_id)
 ) ENGINE=InnoDB`
 	insertItem  = `INSERT INTO items (id, stock, seq) VALUES (?, ?, 0)`
 	selectItem  = `SELECT stock, seq FROM items WHERE id = ?`
 	updateItem  = `UPDATE items SET stock = ?, seq = ? WHERE id = ?`
-	insertOrder = `INSERT INTO orders (op_id, item, qty, token, seq, stock_after) VALUES (?, ?, ?, ?, ?, ?)`
+	insertOrder = `INSERT INTO orders (op_id, item, qty, token, seq, stock_after, fence_op) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	selectStock = `SELECT stock FROM items WHERE id = ?`
 )
 
@@ -67,27 +72,44 @@ func Setup(ctx context.Context, db *sqlx.DB, item string, stock int) error {
 // anything is written: the scenarios stop, delay or kill the holder there.
 func BuyFn(item, opID string, qty int, pause func(ctx context.Context, tx *guard.Tx) error) func(ctx context.Context, tx *guard.Tx) error {
 	return func(ctx context.Context, tx *guard.Tx) error {
-		var stock int
-		var seq int64
-		if err := tx.QueryRowxContext(ctx, selectItem, item).Scan(&stock, &seq); err != nil {
-			return fmt.Errorf("chaos: read stock: %w", err)
-		}
-		if stock < qty {
-			return ErrSoldOut
-		}
+		var p func(context.Context) error
 		if pause != nil {
-			if err := pause(ctx, tx); err != nil {
-				return err
-			}
+			p = func(ctx context.Context) error { return pause(ctx, tx) }
 		}
-		if _, err := tx.ExecContext(ctx, updateItem, stock-qty, seq+1, item); err != nil {
-			return fmt.Errorf("chaos: update stock: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, insertOrder, opID, item, qty, tx.Token(), seq+1, stock-qty); err != nil {
-			return fmt.Errorf("chaos: insert order: %w", err)
-		}
-		return nil
+		return buyIn(ctx, tx, item, opID, qty, tx.Token(), tx.OpID(), p)
 	}
+}
+
+// stmts is what a buy needs of its transaction; *guard.Tx (whose methods
+// watch the fenced transaction) and *sqlx.Tx both have it.
+type stmts interface {
+	QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// buyIn runs the statements of a buy in tx, which claimed the fence row with
+// token under the claim operation id fenceOp.
+func buyIn(ctx context.Context, tx stmts, item, opID string, qty int, token uint64, fenceOp string, pause func(context.Context) error) error {
+	var stock int
+	var seq int64
+	if err := tx.QueryRowxContext(ctx, selectItem, item).Scan(&stock, &seq); err != nil {
+		return fmt.Errorf("chaos: read stock: %w", err)
+	}
+	if stock < qty {
+		return ErrSoldOut
+	}
+	if pause != nil {
+		if err := pause(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, updateItem, stock-qty, seq+1, item); err != nil {
+		return fmt.Errorf("chaos: update stock: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, insertOrder, opID, item, qty, token, seq+1, stock-qty, fenceOp); err != nil {
+		return fmt.Errorf("chaos: insert order: %w", err)
+	}
+	return nil
 }
 
 // ReadStock reads the committed stock of item outside any lock.
@@ -97,18 +119,19 @@ func ReadStock(ctx context.Context, db *sqlx.DB, item string) (int, error) {
 	return stock, err
 }
 
-// Classify maps what guard.Do returned for a buy to an outcome. Errors that
-// guard documents as "nothing was written" (not committed, lock lost before
-// commit, not acquired) are taken at their word, so the checks hold the
-// library to them; everything else (timeouts, transport errors, an unknown
-// commit outcome) is Unknown and the database checks settle what happened.
+// Classify maps what guard.Do (or [ReplayBuy]) returned for a buy to an
+// outcome. Errors that guard and fence document as "nothing was written"
+// (fenced or stale, not committed, lock lost before commit, not acquired)
+// are taken at their word, so the checks hold the library to them;
+// everything else (timeouts, transport errors, an unknown commit outcome) is
+// Unknown and the database checks settle what happened.
 func Classify(err error) Outcome {
 	switch {
 	case err == nil:
 		return Accepted
 	case errors.Is(err, ErrSoldOut):
 		return SoldOut
-	case errors.Is(err, guard.ErrFenced):
+	case errors.Is(err, guard.ErrFenced), errors.Is(err, fence.ErrStale):
 		return Fenced
 	case errors.Is(err, guard.ErrNotCommitted),
 		errors.Is(err, guard.ErrLockLost),

@@ -63,10 +63,6 @@ func TestScenarioKillDuringCommit(t *testing.T) {
 		committedCase := round%2 == 1
 		var conn int64
 		var token uint64
-		recordConn := func(ctx context.Context, tx *guard.Tx) error {
-			token = tx.Token()
-			return tx.QueryRowxContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn)
-		}
 		hookErr := make(chan error, 1)
 		var f func()
 		if !committedCase {
@@ -97,7 +93,17 @@ func TestScenarioKillDuringCommit(t *testing.T) {
 				}()
 			}
 		}
-		hook.Store(&f)
+		// The hook is armed from fn, so that it fires at this transaction's
+		// COMMIT and not at one that runs before it (guard creates a new
+		// key's fence row in a short transaction of its own).
+		recordConn := func(ctx context.Context, tx *guard.Tx) error {
+			token = tx.Token()
+			if err := tx.QueryRowxContext(ctx, "SELECT CONNECTION_ID()").Scan(&conn); err != nil {
+				return err
+			}
+			hook.Store(&f)
+			return nil
+		}
 		op := victim.buy(ctx, 1, 30*time.Second, recordConn)
 		hook.Store(nil)
 		rt.viaProxy.Store(false)

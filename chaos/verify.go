@@ -45,6 +45,7 @@ type order struct {
 	Token      uint64 `db:"token"`
 	Seq        int64  `db:"seq"`
 	StockAfter int    `db:"stock_after"`
+	FenceOp    string `db:"fence_op"`
 }
 
 // VerifyDatabase compares the history with what the database holds for
@@ -56,15 +57,19 @@ type order struct {
 //     an operation that was never invoked;
 //   - orders in commit (seq) order have seq 1..n, strictly increasing
 //     tokens, and stock_after that follows from the previous order;
-//   - the item's stock and seq match the orders, nothing is oversold, and
-//     the fence row holds a token at least as high as the last order's.
+//   - the item's stock and seq match the orders and nothing is oversold;
+//   - the fence row names the last committed order: its token and claim
+//     operation id. Every committed transaction of the workload claimed the
+//     row and wrote one order, and a claim that is refused or rolled back
+//     leaves the row as it was, so a commit whose claim did not hold the row
+//     until COMMIT (or that made none) shows up here when it came last.
 func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, ops []Op) (Summary, error) {
 	var s Summary
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
 	var orders []order
-	if err := db.SelectContext(ctx, &orders, `SELECT op_id, qty, token, seq, stock_after FROM orders WHERE item = ? ORDER BY seq, id`, item); err != nil {
+	if err := db.SelectContext(ctx, &orders, `SELECT op_id, qty, token, seq, stock_after, fence_op FROM orders WHERE item = ? ORDER BY seq, id`, item); err != nil {
 		return s, fmt.Errorf("chaos: read orders: %w", err)
 	}
 	s.Orders = len(orders)
@@ -114,6 +119,7 @@ func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, 
 
 	stock, sold := initial, 0
 	var lastToken uint64
+	var lastOp string
 	for i, o := range orders {
 		if o.Seq != int64(i+1) {
 			fail("order %d (op %s) has seq %d, want %d: lost or duplicated write", i+1, o.OpID, o.Seq, i+1)
@@ -126,7 +132,7 @@ func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, 
 		if o.StockAfter != stock {
 			fail("order seq %d left stock %d, want %d", o.Seq, o.StockAfter, stock)
 		}
-		lastToken = o.Token
+		lastToken, lastOp = o.Token, o.FenceOp
 	}
 	if sold > initial {
 		s.Oversold = sold - initial
@@ -148,12 +154,13 @@ func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, 
 		fail("oversold by %d units", s.Oversold)
 	}
 	if len(orders) > 0 {
-		f, err := fence.Lookup(ctx, db, item)
+		f, err := lookupFence(ctx, db, item)
 		switch {
 		case err != nil:
 			fail("fence row of %s: %v", item, err)
-		case f.Token < lastToken:
-			fail("fence token %d below the last committed order's token %d", f.Token, lastToken)
+		case f.Token != lastToken || f.OpID != lastOp:
+			fail("fence row holds token %d, claim %q; the last committed order was written under token %d, claim %q",
+				f.Token, f.OpID, lastToken, lastOp)
 		}
 	}
 	return s, errors.Join(errs...)
@@ -177,4 +184,20 @@ func AppendSummary(line string) error {
 		err = cerr
 	}
 	return err
+}
+
+// lookupFence reads the fence row of item under whatever namespace the
+// holders' Guards gave it (guard.Options.Namespace defaults to the Locker's
+// prefix): the row named item itself or ending in "{" + item.
+func lookupFence(ctx context.Context, db *sqlx.DB, item string) (fence.Fence, error) {
+	var resources []string
+	if err := db.SelectContext(ctx, &resources, "SELECT resource FROM "+fence.Table); err != nil {
+		return fence.Fence{}, err
+	}
+	for _, r := range resources {
+		if r == item || strings.HasSuffix(r, "{"+item) {
+			return fence.Lookup(ctx, db, r)
+		}
+	}
+	return fence.Fence{}, fmt.Errorf("%w: no fence row for %s among %q", fence.ErrNoFence, item, resources)
 }
