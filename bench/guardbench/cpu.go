@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,10 +9,11 @@ import (
 	"time"
 )
 
-// cpuTimes is CPU time (user+system) used by this process and by the local
-// database and Redis servers, read from /proc. The servers' figures are
-// zero where /proc is unavailable, and include work done for other clients
-// of the same servers (other programs and tests using them at the time).
+// cpuTimes is CPU time (user+system) used by this process and by the
+// database and Redis servers the benchmark talks to, read from /proc. A
+// server's figure is zero when no local process listens on its port (or
+// /proc is unavailable), and includes work done for other clients of the
+// same server (other programs and tests using it at the time).
 type cpuTimes struct {
 	self, mysqld, redis cpuTime
 	idle, total         cpuTime // whole machine, from /proc/stat
@@ -45,28 +47,69 @@ func (a cpuTimes) add(b cpuTimes) cpuTimes {
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat times on Linux.
 const clockTick = 100
 
-// readCPU reads the CPU times; the Redis server is the redis-server process
-// whose command line names redisPort.
-func readCPU(redisPort string) cpuTimes {
+// servers are the local processes of the database and Redis servers, found
+// by the port they listen on; a pid is empty when none was found.
+type servers struct{ mysqld, redis string }
+
+// findServers finds the processes listening on the ports of mysqlAddr and
+// redisAddr.
+func findServers(mysqlAddr, redisAddr string) servers {
+	return servers{mysqld: listener(mysqlAddr), redis: listener(redisAddr)}
+}
+
+// readCPU reads the CPU times.
+func readCPU(s servers) cpuTimes {
 	var c cpuTimes
 	c.self = procCPU("self")
 	c.idle, c.total = machineCPU()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+	if s.mysqld != "" {
+		c.mysqld = procCPU(s.mysqld)
+	}
+	if s.redis != "" {
+		c.redis = procCPU(s.redis)
+	}
+	return c
+}
+
+// listener returns the pid of the local process with a socket listening on
+// addr's port, or "".
+func listener(addr string) string {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return ""
+	}
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			continue
 		}
-		switch strings.TrimSpace(string(comm)) {
-		case "mysqld", "mariadbd":
-			c.mysqld += procCPU(filepath.Base(d))
-		case "redis-server":
-			if cmd, _ := os.ReadFile(filepath.Join(d, "cmdline")); strings.Contains(string(cmd), ":"+redisPort) {
-				c.redis += procCPU(filepath.Base(d))
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st ... inode (field 10)
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if v, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && v == port {
+				inodes["socket:["+f[9]+"]"] = true
 			}
 		}
 	}
-	return c
+	if len(inodes) == 0 {
+		return ""
+	}
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			return strings.Split(fd, "/")[2]
+		}
+	}
+	return ""
 }
 
 // procCPU returns utime+stime of process pid ("self" for this one).

@@ -1,23 +1,43 @@
 // Command guardbench measures guard.Do against plain MySQL transactions on
-// the same servers, in one run:
+// the same servers, in one run, in up to three modes (-mode, in the order
+// given):
 //
 //   - uncontended: Do with one UPDATE against the bare transaction (BEGIN;
 //     UPDATE; COMMIT) without lock or claim: latency p50 and mean, their
 //     ratio, and Redis and MySQL round trips per operation (counted on the
 //     sockets: a read that follows a write is one round trip);
-//   - hot key: C callers on one key with a DB pool of P connections, Do with a
-//     read-modify-write against the MySQL-only alternative in the same
-//     transaction shape (BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT):
-//     throughput, latency p50/p99/max, the most DB connections in use at
-//     once (queued Do callers hold none), and CPU time per operation of this
-//     process, the database server and the Redis server, with the share of
-//     the machine left idle. The variants alternate, two runs each.
+//   - hot: -callers callers on one key with a DB pool of -pool connections,
+//     Do with a read-modify-write against the MySQL-only alternative in the
+//     same transaction shape (BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT);
+//   - mixed: a flash sale beside normal traffic: -hot-callers callers on the
+//     hot key and -cold-callers callers doing the same read-modify-write on
+//     random rows of a -cold-rows table (one key per row), all sharing one
+//     pool of -pool connections; each operation gets a ctx bounded by
+//     -op-timeout (default 30s here), so COMMIT is bound to it as in a
+//     service.
+//
+// For hot and mixed, per variant: throughput of the hot and the cold
+// callers and in all, latency p50/p99/max, the most DB connections in use at
+// once and the most inside a transaction of the hot key's callers and of the
+// cold ones (queued Do callers hold none), Redis and MySQL round trips per
+// operation, and CPU time per operation of this process, the database server
+// and the Redis server, with the share of the machine left idle; then one
+// summary line of ratios, guard.Do over SELECT ... FOR UPDATE. The variants
+// alternate, -rounds runs of -d each, after a short unmeasured warm-up.
+//
+// -rtt D models servers on other hosts: every request written on every Redis
+// and MySQL connection is held back by D (a sleep, so by a little more: the
+// run prints what a round trip really gains).
 //
 // Usage:
 //
 //	go run ./bench/guardbench [-redis 127.0.0.1:6379] [-mysql 'root@tcp(127.0.0.1:3306)/']
-//	    [-n 2000] [-callers 256] [-pool 16] [-d 5s] [-interpolate=true]
-//	    [-hot do] [-cpuprofile file]
+//	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
+//	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
+//	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do]
+//	    [-maxbatch 0] [-cpuprofile file]
+//
+// -maxbatch sets guard.Options.MaxBatch of the Guard under test (0: off).
 //
 // It creates a scratch database and Redis keys under a random prefix and
 // removes both at the end.

@@ -7,13 +7,9 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -25,17 +21,61 @@ import (
 	"github.com/redfence/redfence/redislock"
 )
 
+// config is what the flags set.
+type config struct {
+	redisAddr, dsn string
+	modes          []string
+	n              int           // uncontended operations per variant
+	callers        int           // hot mode: callers on the hot key
+	hotCallers     int           // mixed mode: callers on the hot key
+	coldCallers    int           // mixed mode: callers on random cold rows
+	coldRows       int           // mixed mode: rows of the cold table
+	pool           int           // DB pool of the contended modes
+	dur            time.Duration // each contended run
+	rounds         int           // contended runs per variant, alternating
+	rtt            time.Duration // delay before every request on every connection
+	interpolate    bool
+	variants       string   // -hot: variants besides SELECT ... FOR UPDATE
+	profile        *os.File // CPU profile of one guard.Do run, or nil
+	opTimeout      time.Duration
+	opTimeoutSet   bool
+	maxBatch       int // guard.Options.MaxBatch of the Guard under test
+}
+
+// modeNames are the modes in the order they run by default.
+var modeNames = []string{"uncontended", "hot", "mixed"}
+
+// mixedOpTimeout is the per-operation timeout of the mixed mode when
+// -op-timeout is not given: services bound their requests, and with a ctx
+// that can end guard.Do sends COMMIT as a statement bound to it.
+const mixedOpTimeout = 30 * time.Second
+
 func main() {
-	redisAddr := flag.String("redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
-	mysqlDSN := flag.String("mysql", envOr("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"), "MySQL DSN (no database needed)")
-	n := flag.Int("n", 2000, "operations per variant in the uncontended run")
-	callers := flag.Int("callers", 256, "concurrent callers on the hot key")
-	pool := flag.Int("pool", 16, "DB connection pool size in the hot-key run")
-	dur := flag.Duration("d", 5*time.Second, "length of each hot-key run")
-	interpolate := flag.Bool("interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
-	only := flag.String("hot", "", "comma-separated hot-key variants to run besides MySQL-only: do (default: all)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the hot-key runs to this file")
+	var c config
+	flag.StringVar(&c.redisAddr, "redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
+	flag.StringVar(&c.dsn, "mysql", envOr("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"), "MySQL DSN (no database needed)")
+	modes := flag.String("mode", strings.Join(modeNames, ","), "comma-separated modes to run, in this order: uncontended, hot (one hot key), mixed (a hot key beside cold rows, one pool)")
+	flag.IntVar(&c.n, "n", 2000, "operations per variant in the uncontended mode")
+	flag.IntVar(&c.callers, "callers", 256, "callers on the hot key in the hot mode")
+	flag.IntVar(&c.hotCallers, "hot-callers", 128, "callers on the hot key in the mixed mode")
+	flag.IntVar(&c.coldCallers, "cold-callers", 32, "callers on random cold rows in the mixed mode")
+	flag.IntVar(&c.coldRows, "cold-rows", 10000, "rows of the cold table in the mixed mode (one key each)")
+	flag.IntVar(&c.pool, "pool", 16, "DB connection pool size in the hot and mixed modes")
+	flag.DurationVar(&c.dur, "d", 5*time.Second, "length of each run in the hot and mixed modes")
+	flag.IntVar(&c.rounds, "rounds", 2, "runs per variant in the hot and mixed modes, the variants alternating")
+	flag.IntVar(&c.maxBatch, "maxbatch", 0, "guard.Options.MaxBatch of the Guard under test (0: off)")
+	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
+	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
+	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (default: all)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
+	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "give every operation a ctx with this timeout, as services do (default: none in the uncontended and hot modes, whose COMMIT then cannot be cut short; 30s in the mixed mode)")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { c.opTimeoutSet = c.opTimeoutSet || f.Name == "op-timeout" })
+	c.modes = strings.Split(*modes, ",")
+	if err := c.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "guardbench:", err)
+		os.Exit(2)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -43,20 +83,38 @@ func main() {
 			os.Exit(1)
 		}
 		defer f.Close()
-		profile = f
+		c.profile = f
 	}
-	hotVariants = *only
-	if err := run(*redisAddr, *mysqlDSN, *n, *callers, *pool, *dur, *interpolate); err != nil {
+	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "guardbench:", err)
 		os.Exit(1)
 	}
 }
 
-// profile, when set, receives a CPU profile of the hot-key runs.
-var profile *os.File
+func (c config) check() error {
+	for _, m := range c.modes {
+		if !slices.Contains(modeNames, m) {
+			return fmt.Errorf("-mode: unknown mode %q (want %s)", m, strings.Join(modeNames, ", "))
+		}
+	}
+	switch {
+	case c.n < 1, c.callers < 1, c.pool < 1, c.rounds < 1, c.coldRows < 1:
+		return fmt.Errorf("-n, -callers, -pool, -rounds and -cold-rows must be at least 1")
+	case c.hotCallers < 0, c.coldCallers < 0, c.hotCallers+c.coldCallers == 0:
+		return fmt.Errorf("-hot-callers and -cold-callers must not be negative, nor both 0")
+	case c.rtt < 0, c.dur <= 0, c.opTimeout < 0, c.maxBatch < 0:
+		return fmt.Errorf("-rtt, -d, -op-timeout and -maxbatch must not be negative")
+	}
+	return nil
+}
 
-// hotVariants selects hot-key variants by short name; empty selects all.
-var hotVariants string
+// opTimeoutFor is the per-operation timeout of mode.
+func (c config) opTimeoutFor(mode string) time.Duration {
+	if c.opTimeoutSet || mode != "mixed" {
+		return c.opTimeout
+	}
+	return mixedOpTimeout
+}
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -71,54 +129,39 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// counter counts round trips on the sockets it wraps.
-type counter struct{ rt atomic.Int64 }
-
-type countingConn struct {
-	net.Conn
-	c     *counter
-	wrote atomic.Bool
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	c.wrote.Store(true)
-	return c.Conn.Write(p)
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	if c.wrote.Swap(false) {
-		c.c.rt.Add(1)
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *counter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: conn, c: c}, nil
-}
-
+// setup is what the modes share: the clients, the meters on their sockets and
+// the tally of their transactions.
 type setup struct {
+	cfg          config
 	rdb          *redis.Client
 	db           *sqlx.DB
+	admin        *sql.DB // undelayed, unmetered: setup and checks
 	locker       *redislock.Locker
 	g            *guard.Guard
-	redisPort    string
-	redisRT      *counter
-	mysqlRT      *counter
-	prefix, name string
+	servers      servers
+	redis, mysql *meter
+	tally        *txTally
+	prefix       string
+	profiled     bool
 }
 
-func run(redisAddr, dsn string, n, callers, pool int, dur time.Duration, interpolate bool) error {
+// bounded runs op with a ctx bounded by d (none when d is 0).
+func bounded(ctx context.Context, d time.Duration, op func(context.Context) error) error {
+	if d <= 0 {
+		return op(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return op(ctx)
+}
+
+func run(c config) error {
 	ctx := context.Background()
-	cfg, err := mysql.ParseDSN(dsn)
+	mcfg, err := mysql.ParseDSN(c.dsn)
 	if err != nil {
 		return err
 	}
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	admin, err := sql.Open("mysql", mcfg.FormatDSN())
 	if err != nil {
 		return err
 	}
@@ -129,11 +172,10 @@ func run(redisAddr, dsn string, n, callers, pool int, dur time.Duration, interpo
 	}
 	defer func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+name) }()
 
-	s := &setup{redisRT: &counter{}, mysqlRT: &counter{}, prefix: "guardbench:" + randomHex(4), name: name}
-	if _, port, err := net.SplitHostPort(redisAddr); err == nil {
-		s.redisPort = port
-	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: redisAddr, Dialer: s.redisRT.dial, PoolSize: callers + 16})
+	s := &setup{cfg: c, redis: &meter{delay: c.rtt}, mysql: &meter{delay: c.rtt}, tally: &txTally{},
+		prefix: "guardbench:" + randomHex(4)}
+	callers := max(c.callers, c.hotCallers+c.coldCallers)
+	s.rdb = redis.NewClient(&redis.Options{Addr: c.redisAddr, Dialer: s.redis.dial, PoolSize: callers + 16})
 	defer s.rdb.Close()
 	defer func() {
 		keys, _ := s.rdb.Keys(context.Background(), s.prefix+"*").Result()
@@ -141,282 +183,136 @@ func run(redisAddr, dsn string, n, callers, pool int, dur time.Duration, interpo
 			_ = s.rdb.Del(context.Background(), keys...).Err()
 		}
 	}()
-	cfg.DBName = name
-	cfg.InterpolateParams = interpolate
-	cfg.DialFunc = s.mysqlRT.dial
-	conn, err := mysql.NewConnector(cfg)
+	mcfg.DBName = name
+	mcfg.InterpolateParams = c.interpolate
+	mcfg.DialFunc = s.mysql.dial
+	conn, err := mysql.NewConnector(mcfg)
 	if err != nil {
 		return err
 	}
-	s.db = sqlx.NewDb(sql.OpenDB(conn), "mysql")
+	s.db = sqlx.NewDb(sql.OpenDB(&talliedConnector{Connector: conn, tally: s.tally}), "mysql")
 	defer s.db.Close()
-	if err := migrations.Apply(ctx, s.db.DB); err != nil {
+	mcfg.DialFunc = nil
+	if s.admin, err = sql.Open("mysql", mcfg.FormatDSN()); err != nil {
 		return err
 	}
-	for _, q := range []string{
-		"CREATE TABLE counters (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB",
-		"INSERT INTO counters VALUES (1, 0), (2, 0)",
-	} {
-		if _, err := s.db.ExecContext(ctx, q); err != nil {
-			return err
-		}
+	defer s.admin.Close()
+	if err := migrations.Apply(ctx, s.admin); err != nil {
+		return err
+	}
+	if err := createTables(ctx, s.admin, c.coldRows); err != nil {
+		return err
 	}
 	s.locker = redislock.New(s.rdb, &redislock.Options{Prefix: s.prefix})
 	defer s.locker.Close()
-	s.g = guard.New(s.locker, s.db, nil)
+	s.g = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch})
 
-	var ping []time.Duration
-	for range 500 {
-		t0 := time.Now()
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
-			return err
-		}
-		ping = append(ping, time.Since(t0))
-	}
-	fmt.Printf("servers: Redis %s, MySQL %s (database %s), interpolateParams=%v, Redis PING p50 %v\n\n",
-		redisAddr, cfg.Addr, name, interpolate, pct(ping, 50))
-	if err := uncontended(ctx, s, n); err != nil {
+	s.servers = findServers(mcfg.Addr, c.redisAddr)
+	if err := s.printServers(ctx, mcfg.Addr, name); err != nil {
 		return err
 	}
-	return hotKey(ctx, s, callers, pool, dur)
+	for _, m := range c.modes {
+		var err error
+		switch m {
+		case "uncontended":
+			err = uncontended(ctx, s, c.n, c.opTimeoutFor(m))
+		case "hot":
+			err = s.contended(ctx, contention{mode: m, hot: c.callers, opTimeout: c.opTimeoutFor(m)})
+		case "mixed":
+			err = s.contended(ctx, contention{mode: m, hot: c.hotCallers, cold: c.coldCallers, opTimeout: c.opTimeoutFor(m)})
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+	}
+	return nil
 }
 
-func bare(ctx context.Context, db *sqlx.DB) error {
-	tx, err := db.BeginTxx(ctx, nil)
+// createTables creates the hot counters (row 1: the hot key, row 2: the
+// uncontended run's) and the cold table of rows rows.
+func createTables(ctx context.Context, db *sql.DB, rows int) error {
+	for _, q := range []string{
+		"CREATE TABLE counters (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO counters VALUES (1, 0), (2, 0)",
+		"CREATE TABLE cold (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	const batch = 1000
+	for lo := 1; lo <= rows; lo += batch {
+		var b strings.Builder
+		b.WriteString("INSERT INTO cold VALUES ")
+		for id := lo; id < lo+batch && id <= rows; id++ {
+			if id > lo {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "(%d,0)", id)
+		}
+		if _, err := db.ExecContext(ctx, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printServers names the servers and shows what a round trip costs, and with
+// -rtt what the delay really adds: the sleep's granularity makes it longer
+// than asked.
+func (s *setup) printServers(ctx context.Context, mysqlAddr, name string) error {
+	ping, err := sample(200, func() error { return s.rdb.Ping(ctx).Err() })
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func uncontended(ctx context.Context, s *setup, n int) error {
-	do := func() error {
-		return s.g.Do(ctx, "uncontended", func(ctx context.Context, tx *guard.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2)
-			return err
-		})
-	}
-	variants := []struct {
-		name string
-		op   func() error
-		lat  []time.Duration
-		rRT  int64
-		mRT  int64
-	}{{name: "bare tx", op: func() error { return bare(ctx, s.db) }}, {name: "guard.Do", op: do}}
-	for i := range variants { // warm up: pools, script cache
-		for range 50 {
-			if err := variants[i].op(); err != nil {
-				return err
-			}
-		}
-	}
-	const block = 100
-	for done := 0; done < n; done += block {
-		for i := range variants {
-			v := &variants[i]
-			r0, m0 := s.redisRT.rt.Load(), s.mysqlRT.rt.Load()
-			for range block {
-				t0 := time.Now()
-				if err := v.op(); err != nil {
-					return err
-				}
-				v.lat = append(v.lat, time.Since(t0))
-			}
-			v.rRT += s.redisRT.rt.Load() - r0
-			v.mRT += s.mysqlRT.rt.Load() - m0
-		}
-	}
-	fmt.Printf("uncontended, %d operations each (interleaved in blocks of %d):\n", len(variants[0].lat), block)
-	for _, v := range variants {
-		ops := float64(len(v.lat))
-		fmt.Printf("  %-9s p50 %8v  mean %8v  Redis RT/op %.2f  MySQL RT/op %.2f\n",
-			v.name, pct(v.lat, 50), mean(v.lat), float64(v.rRT)/ops, float64(v.mRT)/ops)
-	}
-	b, d := variants[0], variants[1]
-	fmt.Printf("  Do / bare: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n\n",
-		ratio(pct(d.lat, 50), pct(b.lat, 50)), pct(d.lat, 50)-pct(b.lat, 50),
-		ratio(mean(d.lat), mean(b.lat)), mean(d.lat)-mean(b.lat),
-		float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
-	return nil
-}
-
-// readModifyWrite is the critical section of the hot-key run.
-func readModifyWrite(ctx context.Context, tx *sqlx.Tx, lock string) error {
-	var v int64
-	if err := tx.GetContext(ctx, &v, "SELECT n FROM counters WHERE id = ?"+lock, 1); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = ?", v+1, 1)
-	return err
-}
-
-func hotKey(ctx context.Context, s *setup, callers, pool int, dur time.Duration) error {
-	s.db.SetMaxOpenConns(pool)
-	s.db.SetMaxIdleConns(pool)
-	mysqlOnly := func(ctx context.Context) error {
-		tx, err := s.db.BeginTxx(ctx, nil)
+	fmt.Printf("servers: Redis %s, MySQL %s (database %s), interpolateParams=%v, Redis PING p50 %v; CPU read from pid %s (MySQL), %s (Redis)\n",
+		s.cfg.redisAddr, mysqlAddr, name, s.cfg.interpolate, short(pct(ping, 50)), orNone(s.servers.mysqld), orNone(s.servers.redis))
+	if s.cfg.rtt > 0 {
+		sleep, _ := sample(200, func() error { time.Sleep(s.cfg.rtt); return nil })
+		plain := redis.NewClient(&redis.Options{Addr: s.cfg.redisAddr})
+		defer plain.Close()
+		rawPing, err := sample(200, func() error { return plain.Ping(ctx).Err() })
 		if err != nil {
 			return err
 		}
-		defer func() { _ = tx.Rollback() }()
-		if err := readModifyWrite(ctx, tx, " FOR UPDATE"); err != nil {
+		do, err := sample(200, func() error { _, err := s.db.ExecContext(ctx, "DO 1"); return err })
+		if err != nil {
 			return err
 		}
-		return tx.Commit()
-	}
-	doWith := func(g *guard.Guard) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			return g.Do(ctx, "hot", func(ctx context.Context, tx *guard.Tx) error {
-				return readModifyWrite(ctx, tx.Tx, "")
-			})
-		}
-	}
-	type variant struct {
-		short, name string
-		op          func(context.Context) error
-	}
-	variants := []variant{{"mysql", "MySQL-only", mysqlOnly}}
-	for _, v := range []variant{
-		{"do", "guard.Do", doWith(s.g)},
-	} {
-		if hotVariants == "" || slices.Contains(strings.Split(hotVariants, ","), v.short) {
-			variants = append(variants, v)
-		}
-	}
-	if profile != nil {
-		if err := pprof.StartCPUProfile(profile); err != nil {
+		rawDo, err := sample(200, func() error { _, err := s.admin.ExecContext(ctx, "DO 1"); return err })
+		if err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
+		fmt.Printf("-rtt %v: time.Sleep(%v) takes p50 %v (p99 %v); a round trip takes p50 %v more on Redis (PING %v, %v without -rtt) and %v more on MySQL (DO 1: %v, %v without)\n",
+			s.cfg.rtt, s.cfg.rtt, short(pct(sleep, 50)), short(pct(sleep, 99)),
+			short(pct(ping, 50)-pct(rawPing, 50)), short(pct(ping, 50)), short(pct(rawPing, 50)),
+			short(pct(do, 50)-pct(rawDo, 50)), short(pct(do, 50)), short(pct(rawDo, 50)))
 	}
-	fmt.Printf("hot key: %d callers, DB pool %d, %v per run, critical section SELECT n; UPDATE n = n+1:\n", callers, pool, dur)
-	type result struct {
-		ops    int
-		lat    []time.Duration
-		inUse  int
-		rps    float64
-		errors int
-		cpu    cpuTimes
-	}
-	results := map[string]*result{}
-	const rounds = 2
-	for range rounds {
-		for _, v := range variants {
-			var before int64
-			if err := s.db.GetContext(ctx, &before, "SELECT n FROM counters WHERE id = 1"); err != nil {
-				return err
-			}
-			var mu sync.Mutex
-			var lat []time.Duration
-			var errs atomic.Int64
-			stop := make(chan struct{})
-			var maxInUse atomic.Int64
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				tk := time.NewTicker(time.Millisecond)
-				defer tk.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tk.C:
-						if u := int64(s.db.Stats().InUse); u > maxInUse.Load() {
-							maxInUse.Store(u)
-						}
-					}
-				}
-			}()
-			var wg sync.WaitGroup
-			cpu0 := readCPU(s.redisPort)
-			start := time.Now()
-			for range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					var mine []time.Duration
-					for {
-						select {
-						case <-stop:
-							mu.Lock()
-							lat = append(lat, mine...)
-							mu.Unlock()
-							return
-						default:
-						}
-						t0 := time.Now()
-						if err := v.op(ctx); err != nil {
-							errs.Add(1)
-							continue
-						}
-						mine = append(mine, time.Since(t0))
-					}
-				}()
-			}
-			time.Sleep(dur)
-			close(stop)
-			wg.Wait()
-			elapsed := time.Since(start)
-			cpu := readCPU(s.redisPort).sub(cpu0)
-			<-sampled
-			var after int64
-			if err := s.db.GetContext(ctx, &after, "SELECT n FROM counters WHERE id = 1"); err != nil {
-				return err
-			}
-			if after-before != int64(len(lat)) {
-				return fmt.Errorf("%s: %d operations succeeded but the counter moved by %d", v.name, len(lat), after-before)
-			}
-			r := results[v.name]
-			if r == nil {
-				r = &result{}
-				results[v.name] = r
-			}
-			r.ops += len(lat)
-			r.lat = append(r.lat, lat...)
-			r.rps += float64(len(lat)) / elapsed.Seconds() / rounds
-			r.inUse = max(r.inUse, int(maxInUse.Load()))
-			r.errors += int(errs.Load())
-			r.cpu = r.cpu.add(cpu)
-		}
-	}
-	for _, v := range variants {
-		r := results[v.name]
-		fmt.Printf("  %-10s %7.0f ops/s  p50 %9v  p99 %9v  max %9v  max DB conns in use %2d  errors %d  CPU µs/op: bench %.0f mysqld %.0f redis %.0f; machine idle %.0f%%\n",
-			v.name, r.rps, pct(r.lat, 50), pct(r.lat, 99), pct(r.lat, 100), r.inUse, r.errors,
-			r.cpu.self.perOp(r.ops), r.cpu.mysqld.perOp(r.ops), r.cpu.redis.perOp(r.ops), r.cpu.idlePct())
-	}
-	m := results["MySQL-only"]
-	for _, v := range variants[1:] {
-		d := results[v.name]
-		fmt.Printf("  %-10s / MySQL-only: throughput %.2fx, p99 %.2fx\n", v.name, d.rps/m.rps, ratio(pct(d.lat, 99), pct(m.lat, 99)))
-	}
-	fmt.Printf("  (each figure: mean of %d alternating runs' throughput, pooled latencies)\n", rounds)
+	fmt.Println()
 	return nil
 }
 
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
+func orNone(pid string) string {
+	if pid == "" {
+		return "none (no local process listens on its port)"
 	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s) - 1) * p / 100
-	return s[i]
+	return pid
 }
 
-func mean(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
+// sample times n calls of op, after a few unmeasured ones.
+func sample(n int, op func() error) ([]time.Duration, error) {
+	for range 10 {
+		if err := op(); err != nil {
+			return nil, err
+		}
 	}
-	var t time.Duration
-	for _, x := range d {
-		t += x
+	d := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := op(); err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t0))
 	}
-	return t / time.Duration(len(d))
+	return d, nil
 }
-
-func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }

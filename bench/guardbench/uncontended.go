@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/redfence/redfence/guard"
+)
+
+func bare(ctx context.Context, db *sqlx.DB) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// uncontended compares Do with one UPDATE against the bare transaction, one
+// operation at a time.
+func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) error {
+	do := func() error {
+		return bounded(ctx, opTimeout, func(ctx context.Context) error {
+			return s.g.Do(ctx, "uncontended", func(ctx context.Context, tx *guard.Tx) error {
+				_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2)
+				return err
+			})
+		})
+	}
+	variants := []struct {
+		name string
+		op   func() error
+		lat  []time.Duration
+		rRT  int64
+		mRT  int64
+	}{{name: "bare tx", op: func() error {
+		return bounded(ctx, opTimeout, func(ctx context.Context) error { return bare(ctx, s.db) })
+	}}, {name: "guard.Do", op: do}}
+	for i := range variants { // warm up: pools, script cache
+		for range 50 {
+			if err := variants[i].op(); err != nil {
+				return err
+			}
+		}
+	}
+	const block = 100
+	for done := 0; done < n; done += block {
+		for i := range variants {
+			v := &variants[i]
+			r0, m0 := s.redis.roundTrips(), s.mysql.roundTrips()
+			for range block {
+				t0 := time.Now()
+				if err := v.op(); err != nil {
+					return err
+				}
+				v.lat = append(v.lat, time.Since(t0))
+			}
+			v.rRT += s.redis.roundTrips() - r0
+			v.mRT += s.mysql.roundTrips() - m0
+		}
+	}
+	fmt.Printf("uncontended, %d operations each (interleaved in blocks of %d), op timeout %v:\n", len(variants[0].lat), block, opTimeout)
+	for _, v := range variants {
+		ops := float64(len(v.lat))
+		fmt.Printf("  %-9s p50 %8v  mean %8v  Redis RT/op %.2f  MySQL RT/op %.2f\n",
+			v.name, short(pct(v.lat, 50)), short(mean(v.lat)), float64(v.rRT)/ops, float64(v.mRT)/ops)
+	}
+	b, d := variants[0], variants[1]
+	fmt.Printf("  Do / bare: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n\n",
+		ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
+		ratio(mean(d.lat), mean(b.lat)), short(mean(d.lat)-mean(b.lat)),
+		float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
+	return nil
+}

@@ -1,0 +1,17 @@
+module github.com/redfence/redfence/bench/lockpeer
+
+go 1.26.0
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/redfence/redfence v0.0.0
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+replace github.com/redfence/redfence => ../..
