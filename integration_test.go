@@ -454,7 +454,7 @@ func TestDelayedWriteFromStaleHolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = fence.Claim(w.ctx, tx, lockKey, lk.Token(), lk.Owner())
+		err = fence.Claim(w.ctx, tx, staleApp.guard.FenceResource(lockKey), lk.Token(), lk.Owner())
 		var stale *fence.StaleError
 		if !errors.As(err, &stale) || stale.Current <= lk.Token() {
 			_ = tx.Rollback()

@@ -29,12 +29,14 @@ var wantServices = map[string]want{
 
 // load parses a compose file with the specification's loader, without
 // consulting the caller's environment or .env files, so the result does not
-// depend on the machine.
-func load(path string) (*types.Project, error) {
+// depend on the machine. Services of the given profiles are enabled besides
+// those without a profile.
+func load(path string, profiles ...string) (*types.Project, error) {
 	opts, err := cli.NewProjectOptions([]string{path},
 		cli.WithWorkingDirectory(filepath.Dir(path)),
 		cli.WithName("redfence-check"),
 		cli.WithEnv(nil),
+		cli.WithProfiles(profiles),
 	)
 	if err != nil {
 		return nil, err
@@ -162,5 +164,127 @@ func TestLoaderRejectsInvalidYAML(t *testing.T) {
 	}
 	if _, err := load(path); err == nil {
 		t.Fatal("the loader accepted a file that breaks the compose schema; the check would not catch a broken docker-compose.yml")
+	}
+}
+
+// galeraNodes are the services of the galera profile, in start order.
+var galeraNodes = []string{"galera-1", "galera-2", "galera-3"}
+
+// checkGalera returns every way the galera profile differs from a
+// three-node MariaDB Galera Cluster that redfence's instances can write
+// through (each node on 127.0.0.1:3401..3403, healthy once synced, joining
+// one after the other); nil means it is fit. p must be loaded with the
+// profile enabled.
+func checkGalera(p *types.Project) []string {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	for i, name := range galeraNodes {
+		s, ok := p.Services[name]
+		if !ok {
+			bad("service %q is missing from the galera profile", name)
+			continue
+		}
+		if !slices.Equal(s.Profiles, []string{"galera"}) {
+			bad("%s: profiles %q, want [galera] (plain `docker compose up` must not start it)", name, s.Profiles)
+		}
+		if !strings.HasPrefix(s.Image, "mariadb:1") {
+			bad("%s: image %q, want mariadb:1x (Galera ships with MariaDB)", name, s.Image)
+		}
+		port := fmt.Sprint(3401 + i)
+		published := false
+		for _, pc := range s.Ports {
+			if pc.HostIP != "127.0.0.1" {
+				bad("%s: port %d published on %q, want 127.0.0.1 only", name, pc.Target, pc.HostIP)
+			}
+			if pc.Target == 3306 && pc.Published == port && pc.HostIP == "127.0.0.1" {
+				published = true
+			}
+		}
+		if !published {
+			bad("%s: port 3306 is not published as 127.0.0.1:%s", name, port)
+		}
+		if v := s.Environment["MARIADB_ALLOW_EMPTY_ROOT_PASSWORD"]; v == nil || *v == "" || *v == "0" {
+			bad("%s: MARIADB_ALLOW_EMPTY_ROOT_PASSWORD must be set (the tests connect as root with no password)", name)
+		}
+		cmd := strings.Join(s.Command, " ")
+		for _, frag := range []string{"--wsrep-on=ON", "--wsrep-provider=", "--wsrep-cluster-address=gcomm://galera-1,galera-2,galera-3",
+			"--binlog-format=ROW", "--innodb-autoinc-lock-mode=2", "--wsrep-sst-method="} {
+			if !strings.Contains(cmd, frag) {
+				bad("%s: command does not contain %q", name, frag)
+			}
+		}
+		if boot := strings.Contains(cmd, "--wsrep-new-cluster"); boot != (i == 0) {
+			bad("%s: --wsrep-new-cluster given=%v; exactly the first node bootstraps the cluster", name, boot)
+		}
+		if hc := s.HealthCheck; hc == nil || hc.Disable || len(hc.Test) == 0 || hc.Test[0] == "NONE" {
+			bad("%s: no health check", name)
+		} else if t := strings.Join(hc.Test, " "); !strings.Contains(t, "wsrep_local_state_comment") || !strings.Contains(t, "Synced") {
+			bad("%s: health check %q does not wait for the node to be synced", name, hc.Test)
+		}
+		if i > 0 {
+			prev := galeraNodes[i-1]
+			if d, ok := s.DependsOn[prev]; !ok || d.Condition != types.ServiceConditionHealthy {
+				bad("%s: must depend on %s being healthy (a donor serves one state transfer at a time)", name, prev)
+			}
+		}
+	}
+	slices.Sort(probs)
+	return probs
+}
+
+func TestComposeGaleraProfile(t *testing.T) {
+	path := filepath.Join("..", "docker-compose.yml")
+	p, err := load(path, "galera")
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load with the galera profile: %v", err)
+	}
+	if probs := checkGalera(p); len(probs) > 0 {
+		t.Fatalf("docker-compose.yml, galera profile:\n  %s", strings.Join(probs, "\n  "))
+	}
+	plain, err := load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range galeraNodes {
+		if _, ok := plain.Services[name]; ok {
+			t.Errorf("%s is started without the galera profile", name)
+		}
+	}
+}
+
+// TestCheckGaleraRejectsBrokenProfiles proves checkGalera can fail.
+func TestCheckGaleraRejectsBrokenProfiles(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, old, new, wantProb string
+	}{
+		{"no bootstrap", "      - --wsrep-new-cluster\n", "", "galera-1: --wsrep-new-cluster given=false"},
+		{"wrong port", `"127.0.0.1:3402:3306"`, `"127.0.0.1:3412:3306"`, "galera-2: port 3306 is not published as 127.0.0.1:3402"},
+		{"health check only pings", `grep -q Synced`, `true`, "does not wait for the node to be synced"},
+		{"joins too early", "      galera-2:\n        condition: service_healthy", "      galera-2:\n        condition: service_started", "galera-3: must depend on galera-2 being healthy"},
+		{"statement binlog", "--binlog-format=ROW", "--binlog-format=STATEMENT", `command does not contain "--binlog-format=ROW"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(string(good), c.old) {
+				t.Fatalf("fixture text %q not found in docker-compose.yml", c.old)
+			}
+			broken := strings.Replace(string(good), c.old, c.new, 1)
+			path := filepath.Join(t.TempDir(), "docker-compose.yml")
+			if err := os.WriteFile(path, []byte(broken), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, err := load(path, "galera")
+			if err != nil {
+				return // the loader itself refused it: also a rejection
+			}
+			probs := checkGalera(p)
+			if !slices.ContainsFunc(probs, func(s string) bool { return strings.Contains(s, c.wantProb) }) {
+				t.Fatalf("checkGalera did not report %q; it reported %q", c.wantProb, probs)
+			}
+		})
 	}
 }

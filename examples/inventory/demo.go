@@ -47,6 +47,9 @@ type demoConfig struct {
 	lease     time.Duration // lock lease of the instances' Lockers
 	work      time.Duration // time a purchase spends between reading and writing the stock
 	timeout   time.Duration // bound on each mode
+
+	startServers bool   // start the servers that do not answer
+	where        string // where the servers are, for the report
 }
 
 // modeResult is what one mode did: the database's totals and what the
@@ -114,7 +117,7 @@ func (r *modeResult) safe() bool {
 // runDemo runs every mode of cfg against the servers and returns their
 // results; progress goes to progress.
 func runDemo(ctx context.Context, cfg demoConfig, srv servers, progress io.Writer) ([]*modeResult, error) {
-	if err := checkRedis(ctx, srv.redisAddr); err != nil {
+	if err := checkRedis(ctx, srv); err != nil {
 		return nil, err
 	}
 	admin, err := openDatabase(ctx, srv, 2)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -25,13 +26,18 @@ const (
 
 // servers names where Redis and MySQL are.
 type servers struct {
-	redisAddr string
+	redisAddr string // host:port, or a redis:// URL that carries credentials
 	mysqlDSN  string // with the example's database selected
 	database  string
+
+	// What this run started for each server, for the user; empty when the
+	// server is the configured one.
+	redisStarted, mysqlStarted string
 }
 
 // serversFromEnv reads REDIS_ADDR and MYSQL_DSN. A DSN that selects no
-// database gets database (created on first use).
+// database gets database (created on first use). Settings that cannot be
+// parsed are reported as such.
 func serversFromEnv(database string) (servers, error) {
 	s := servers{redisAddr: os.Getenv("REDIS_ADDR"), mysqlDSN: os.Getenv("MYSQL_DSN")}
 	if s.redisAddr == "" {
@@ -40,47 +46,78 @@ func serversFromEnv(database string) (servers, error) {
 	if s.mysqlDSN == "" {
 		s.mysqlDSN = defaultMySQLDSN
 	}
+	var problems []*serverProblem
+	if _, err := parseRedisAddr(s.redisAddr); err != nil {
+		problems = append(problems, &serverProblem{which: "Redis", addr: s.redisAddr, kind: problemConfig,
+			err: fmt.Errorf("REDIS_ADDR is neither host:port nor a redis:// URL: %w", err)})
+	}
 	cfg, err := mysql.ParseDSN(s.mysqlDSN)
 	if err != nil {
-		return s, &unreachableError{which: "MySQL", addr: s.mysqlDSN, err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)}
+		problems = append(problems, &serverProblem{which: "MySQL", addr: s.mysqlDSN, kind: problemConfig,
+			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)})
+	} else {
+		if cfg.DBName == "" {
+			cfg.DBName = database
+		}
+		s.database = cfg.DBName
+		s.mysqlDSN = cfg.FormatDSN()
 	}
-	if cfg.DBName == "" {
-		cfg.DBName = database
+	if len(problems) > 0 {
+		return s, &serversError{problems: problems}
 	}
-	s.database = cfg.DBName
-	s.mysqlDSN = cfg.FormatDSN()
 	return s, nil
 }
 
-// unreachableError says which server could not be reached and how to fix it.
-type unreachableError struct {
-	which string // "Redis" or "MySQL"
-	addr  string
-	err   error
-}
-
-func (e *unreachableError) Error() string {
-	envVar, example := "REDIS_ADDR", "REDIS_ADDR=127.0.0.1:6379"
-	if e.which == "MySQL" {
-		envVar, example = "MYSQL_DSN", "MYSQL_DSN='root@tcp(127.0.0.1:3306)/'"
+// parseRedisAddr reads host:port, or a redis:// or rediss:// URL for a
+// server that wants a user name, a password or TLS.
+func parseRedisAddr(addr string) (*redis.Options, error) {
+	if strings.Contains(addr, "://") {
+		return redis.ParseURL(addr)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "cannot reach %s at %s: %v\n", e.which, e.addr, e.err)
-	fmt.Fprintf(&b, "  start the servers from the repository root with:  docker compose up -d\n")
-	fmt.Fprintf(&b, "  or point the example at a running %s with %s, e.g.  %s go run ./examples/inventory", e.which, envVar, example)
-	return b.String()
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, err
+	}
+	return &redis.Options{Addr: addr}, nil
 }
 
-func (e *unreachableError) Unwrap() error { return e.err }
+// redisOptions returns the connection settings of Redis; serversFromEnv
+// has checked that they parse.
+func (s servers) redisOptions() *redis.Options {
+	opt, err := parseRedisAddr(s.redisAddr)
+	if err != nil {
+		return &redis.Options{Addr: s.redisAddr}
+	}
+	return opt
+}
 
-// checkRedis pings Redis at addr.
-func checkRedis(ctx context.Context, addr string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 2 * time.Second})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return &unreachableError{which: "Redis", addr: addr, err: err}
+// mysqlAddr is the host:port of MySQL, for messages.
+func (s servers) mysqlAddr() string {
+	if cfg, err := mysql.ParseDSN(s.mysqlDSN); err == nil {
+		return cfg.Addr
+	}
+	return s.mysqlDSN
+}
+
+// describe says in one line where the servers are, for the report.
+func (s servers) describe() string {
+	where := func(addr, started string) string {
+		if started == "" {
+			return addr
+		}
+		return addr + " (" + started + ")"
+	}
+	d := "Redis at " + where(s.redisOptions().Addr, s.redisStarted) + ", MySQL at " + where(s.mysqlAddr(), s.mysqlStarted)
+	if s.redisStarted != "" || s.mysqlStarted != "" {
+		d += "; what this run started is removed when it ends"
+	}
+	return d
+}
+
+// checkRedis pings Redis; the error says whether it is down or refuses the
+// credentials.
+func checkRedis(ctx context.Context, s servers) error {
+	if p := probeRedis(ctx, s); p != nil {
+		return &serversError{problems: []*serverProblem{p}}
 	}
 	return nil
 }
@@ -90,20 +127,20 @@ func checkRedis(ctx context.Context, addr string) error {
 func openDatabase(ctx context.Context, s servers, poolSize int) (*sqlx.DB, error) {
 	cfg, err := mysql.ParseDSN(s.mysqlDSN)
 	if err != nil {
-		return nil, err
+		return nil, &serversError{problems: []*serverProblem{{which: "MySQL", addr: s.mysqlDSN, kind: problemConfig,
+			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)}}}
 	}
-	addr := cfg.Addr
 	admin := cfg.Clone()
 	admin.DBName = ""
 	adb, err := sql.Open("mysql", admin.FormatDSN())
 	if err != nil {
-		return nil, &unreachableError{which: "MySQL", addr: addr, err: err}
+		return nil, err
 	}
 	defer adb.Close()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := adb.PingContext(pctx); err != nil {
-		return nil, &unreachableError{which: "MySQL", addr: addr, err: err}
+		return nil, &serversError{problems: []*serverProblem{mysqlProblem(cfg.Addr, err)}}
 	}
 	if _, err := adb.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+strings.ReplaceAll(s.database, "`", "``")+"`"); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", s.database, err)
@@ -130,8 +167,9 @@ func openPool(dsn string, poolSize int) (*sqlx.DB, error) {
 	return db, nil
 }
 
-// isUnreachable reports whether err is a dependency the user must start.
-func isUnreachable(err error) bool {
-	var u *unreachableError
-	return errors.As(err, &u)
+// needsServers reports whether err says the servers cannot be had, which
+// the user must fix (exit status 2).
+func needsServers(err error) bool {
+	var e *serversError
+	return errors.As(err, &e)
 }

@@ -3,8 +3,9 @@
 // way of writing it does under concurrency and faults.
 //
 // With no arguments it runs three modes side by side against the local Redis
-// and MySQL (REDIS_ADDR, default 127.0.0.1:6379; MYSQL_DSN, default
-// root@tcp(127.0.0.1:3306)/, database redfence_inventory created if needed):
+// and MySQL (REDIS_ADDR, default 127.0.0.1:6379, or a redis:// URL for a
+// server with a password; MYSQL_DSN, default root@tcp(127.0.0.1:3306)/,
+// database redfence_inventory created if needed):
 //
 //   - unsafe: read the stock, then write it, without a lock. Oversells.
 //   - redis-only: the same under a Redis lock without a fence, while
@@ -17,9 +18,24 @@
 // Locker and database pool. A stall freezes the holder and its instance's
 // Redis traffic, renewals included, as a stop-the-world pause would.
 //
-// It prints live progress on stderr and a report on stdout, and exits with
-// status 1 when a mode that claims safety oversold, 2 when a server cannot be
-// reached.
+// It needs no setup. Both servers are probed at once; for each one where
+// nothing answers, the program starts a throwaway server of its own and says
+// so: an installed redis-server or mariadbd (system tables created with
+// mariadb-install-db in a temporary directory, root without a password, free
+// loopback ports), else a container through testcontainers-go when a Docker
+// engine answers. They are stopped and their files removed when the program
+// ends, on Ctrl-C and SIGTERM too. When a server can be had in none of these
+// ways, the program names every missing server in one message, within about
+// two seconds, with the ways out: set REDIS_ADDR and MYSQL_DSN, run
+// docker compose up -d, or install redis-server and mariadb-server.
+// Refused credentials (MySQL error 1045, Redis NOAUTH or WRONGPASS) and
+// settings that do not parse are reported as such and never replaced by a
+// server of the program's own. -start-servers=false turns starting off.
+//
+// It prints live progress on stderr and a report on stdout, which says where
+// the servers were, and exits with status 1 when a mode that claims safety
+// oversold (or the run failed or was interrupted), 2 when the servers cannot
+// be had.
 //
 //	go run ./examples/inventory
 //	go run ./examples/inventory -mode guard -buyers 128 -pause 0 -failover=false
@@ -29,4 +45,12 @@
 //
 //	POST /orders      {"sku":"widget","qty":2} -> 201, 409 sold out, 400, 404, 503
 //	GET  /stock/{sku}                         -> 200, 404, 503
+//	GET  /healthz                             -> 200, or 503 naming the failing servers
+//
+// /healthz pings Redis and MySQL at the same time, each under its own
+// deadline (-check-timeout, 1s), so a hung server costs one deadline and is
+// the only one named: {"status":"unavailable","failing":["redis"],
+// "checks":{"mysql":"ok","redis":"..."}}. A request that fails for a reason
+// the service does not know is answered 503 naming the servers that fail the
+// same checks.
 package main

@@ -25,6 +25,7 @@ func lockKey(sku string) string { return "inventory:" + sku }
 type instance struct {
 	name   string
 	rdb    *redis.Client
+	health *redis.Client // for checks only: honours their deadlines
 	locker *redislock.Locker
 	db     *sqlx.DB
 	guard  *guard.Guard
@@ -47,7 +48,10 @@ type instanceConfig struct {
 
 func newInstance(name string, c instanceConfig) (*instance, error) {
 	inst := &instance{name: name, frozen: newFreezer(), logger: c.logger}
-	inst.rdb = redis.NewClient(&redis.Options{Addr: c.servers.redisAddr, PoolSize: c.poolSize * 2})
+	opt := c.servers.redisOptions()
+	opt.PoolSize = c.poolSize * 2
+	inst.rdb = redis.NewClient(opt)
+	inst.health = newHealthClient(c.servers.redisOptions())
 	inst.rdb.AddHook(inst.frozen)
 	inst.locker = redislock.New(inst.rdb, &redislock.Options{Prefix: c.prefix, LeaseTTL: c.lease, Logger: c.logger})
 	db, err := openPool(c.servers.mysqlDSN, c.poolSize)
@@ -80,6 +84,9 @@ func (inst *instance) close() error {
 	if inst.rdb != nil {
 		errs = append(errs, inst.rdb.Close())
 	}
+	if inst.health != nil {
+		errs = append(errs, inst.health.Close())
+	}
 	if inst.db != nil {
 		errs = append(errs, inst.db.Close())
 	}
@@ -106,15 +113,23 @@ func closeInstances(insts []*instance) {
 	}
 }
 
-// ping checks both servers through inst's own connections; the error names
-// the server that does not answer.
-func (inst *instance) ping(ctx context.Context) error {
-	var errs []error
-	if err := inst.rdb.Ping(ctx).Err(); err != nil {
-		errs = append(errs, &depError{which: "redis", err: err})
+// newHealthClient returns a small client for checks. Unlike the lock's
+// client, it bounds every read by the ctx deadline (go-redis otherwise waits
+// out its own ReadTimeout on a server that accepts and never answers) and
+// tries once: a check reports, it does not retry.
+func newHealthClient(opt *redis.Options) *redis.Client {
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	opt.PoolSize = 2
+	return redis.NewClient(opt)
+}
+
+// checks are inst's dependencies: Redis through a client of its own for
+// checks, MySQL through inst's pool.
+func (inst *instance) checks() []check {
+	return []check{
+		{name: "redis", ping: func(ctx context.Context) error { return inst.health.Ping(ctx).Err() }},
+		{name: "mysql", ping: func(ctx context.Context) error { return inst.db.PingContext(ctx) }},
 	}
-	if err := inst.db.PingContext(ctx); err != nil {
-		errs = append(errs, &depError{which: "mysql", err: err})
-	}
-	return errors.Join(errs...)
 }

@@ -20,7 +20,9 @@ func main() {
 	// go-redis prints its own connection failures; the program reports them
 	// itself, once, with what to do about them.
 	redis.SetLogger(quietRedis{})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Every way of being asked to stop ends ctx, so that the servers the
+	// program started are stopped and their files removed.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -35,14 +37,22 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 const (
 	exitOK          = 0
 	exitUnsafe      = 1 // a mode that claims safety oversold, or a run failed
-	exitUnreachable = 2 // Redis or MySQL cannot be reached
+	exitUnreachable = 2 // Redis or MySQL cannot be had: down and none could be started, or refusing the credentials
 	exitUsage       = 3
 )
 
+// startServersUsage documents -start-servers of both subcommands.
+const startServersUsage = "when Redis or MySQL does not answer, start a throwaway one for this run (installed redis-server/mariadbd, else a container), removed when it ends"
+
 // run is the whole program; main only wires signals and the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, localLauncher(), args, stdout, stderr)
+}
+
+// runWith is run with the ways of starting missing servers given.
+func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
-		return runServe(ctx, args[1:], stdout, stderr)
+		return runServe(ctx, l, args[1:], stdout, stderr)
 	}
 	cfg, err := parseDemoFlags(args, stderr)
 	if err != nil {
@@ -56,6 +66,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
+	srv, release, err := provide(ctx, srv, l, cfg.startServers, stderr)
+	defer release()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	cfg.where = srv.describe()
 	results, err := runDemo(ctx, cfg, srv, stderr)
 	if err != nil {
 		return fail(stderr, err)
@@ -69,8 +85,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // fail prints err for a person, without a stack trace, and returns the exit
 // status it deserves.
 func fail(stderr io.Writer, err error) int {
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "inventory: interrupted")
+		return exitUnsafe
+	}
 	fmt.Fprintf(stderr, "inventory: %v\n", err)
-	if isUnreachable(err) {
+	if needsServers(err) {
 		return exitUnreachable
 	}
 	return exitUnsafe
@@ -96,6 +116,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.DurationVar(&cfg.lease, "lease", 250*time.Millisecond, "lock lease; -pause longer than it makes holders lose their lock")
 	fs.DurationVar(&cfg.work, "work", 0, "extra time a purchase spends between reading and writing the stock")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on each mode")
+	fs.BoolVar(&cfg.startServers, "start-servers", true, startServersUsage)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: inventory [flags]     run the oversell demo\n       inventory serve [flags]  run the HTTP API\n\nflags:\n")
 		fs.PrintDefaults()

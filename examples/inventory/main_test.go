@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,14 @@ import (
 	"github.com/redfence/redfence/internal/testenv"
 )
 
+// runMainEnv, set to 1, makes the test binary run the program itself (see
+// startProgram), so that tests can signal a real process.
+const runMainEnv = "INVENTORY_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main() // exits
+	}
 	redis.SetLogger(quietRedis{}) // the dependency-down tests make go-redis log dial failures
 	// After failed dials go-redis retries in a goroutine that notices a
 	// closed pool only when its 1 s sleep ends.
@@ -48,48 +57,85 @@ func closedAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 }
 
-// TestUnreachableServersAreExplained runs the program, demo and serve, with
-// one server pointed at a closed port: it must say which server, how to start
-// it and which variable to set, exit with status 2, and print no stack trace.
-func TestUnreachableServersAreExplained(t *testing.T) {
+// noWays is a launcher for a machine with no server installed and no
+// Docker engine.
+func noWays() launcher {
+	no := func(msg string) way {
+		return way{name: msg, available: func() error { return errors.New(msg) },
+			start: func(context.Context) (*ownServer, error) { panic("started a server that is not available") }}
+	}
+	return launcher{
+		redis: []way{no("redis-server is not installed"), no("no Docker engine answers")},
+		mysql: []way{no("mariadbd is not installed"), no("no Docker engine answers")},
+	}
+}
+
+// assertNoStackTrace fails when out looks like a crash rather than a message.
+func assertNoStackTrace(t *testing.T, out string) {
+	t.Helper()
+	for _, bad := range []string{"goroutine ", "panic", ".go:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("stderr looks like a stack trace (%q):\n%s", bad, out)
+		}
+	}
+}
+
+// TestMissingServersAreNamedTogether runs the program, demo and serve, where
+// nothing answers and nothing can be started: within 2 s it must name every
+// missing server in one message, with why none could be started and the
+// three ways out, exit with status 2, and print no stack trace.
+func TestMissingServersAreNamedTogether(t *testing.T) {
 	redisAddr := testenv.RedisAddr()
 	_ = testenv.Redis(t)
 	deadRedis := closedAddr(t)
 	deadMySQL := closedAddr(t)
+	waysOut := []string{"docker compose up -d", "REDIS_ADDR=", "MYSQL_DSN=", "apt-get install redis-server mariadb-server"}
 	cases := []struct {
 		name, redis, dsn string
 		args             []string
-		want             []string
+		want, notWant    []string
 	}{
+		{"demo, both down", deadRedis, "root@tcp(" + deadMySQL + ")/", nil,
+			[]string{"cannot reach Redis at " + deadRedis, "cannot reach MySQL at " + deadMySQL,
+				"redis-server is not installed", "mariadbd is not installed", "no Docker engine answers"}, nil},
+		{"serve, both down", deadRedis, "root@tcp(" + deadMySQL + ")/", []string{"serve", "-addr", "127.0.0.1:0"},
+			[]string{"cannot reach Redis at " + deadRedis, "cannot reach MySQL at " + deadMySQL}, nil},
 		{"demo, Redis down", deadRedis, testenv.MySQLDSN(), nil,
-			[]string{"cannot reach Redis at " + deadRedis, "docker compose up -d", "REDIS_ADDR="}},
-		{"demo, MySQL down", redisAddr, "root@tcp(" + deadMySQL + ")/", nil,
-			[]string{"cannot reach MySQL at " + deadMySQL, "docker compose up -d", "MYSQL_DSN="}},
-		{"serve, Redis down", deadRedis, testenv.MySQLDSN(), []string{"serve", "-addr", "127.0.0.1:0"},
-			[]string{"cannot reach Redis at " + deadRedis, "docker compose up -d", "REDIS_ADDR="}},
+			[]string{"cannot reach Redis at " + deadRedis, "redis-server is not installed"}, []string{"MySQL at"}},
 		{"serve, MySQL down", redisAddr, "root@tcp(" + deadMySQL + ")/", []string{"serve", "-addr", "127.0.0.1:0"},
-			[]string{"cannot reach MySQL at " + deadMySQL, "docker compose up -d", "MYSQL_DSN="}},
-		{"invalid DSN", redisAddr, "not a dsn", nil, []string{"MYSQL_DSN is not a valid DSN"}},
+			[]string{"cannot reach MySQL at " + deadMySQL, "mariadbd is not installed"}, []string{"Redis at"}},
+		{"starting turned off", deadRedis, "root@tcp(" + deadMySQL + ")/", []string{"-start-servers=false"},
+			[]string{"cannot reach Redis at " + deadRedis, "cannot reach MySQL at " + deadMySQL, "-start-servers=false"},
+			[]string{"not installed"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("REDIS_ADDR", c.redis)
 			t.Setenv("MYSQL_DSN", c.dsn)
 			var stdout, stderr strings.Builder
-			code := run(testCtx(t), c.args, &stdout, &stderr)
+			start := time.Now()
+			code := runWith(testCtx(t), noWays(), c.args, &stdout, &stderr)
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("answered after %v, want within 2s", took)
+			}
 			if code != exitUnreachable {
 				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitUnreachable, stderr.String())
 			}
-			for _, w := range c.want {
-				if !strings.Contains(stderr.String(), w) {
-					t.Errorf("stderr does not say %q:\n%s", w, stderr.String())
+			out := stderr.String()
+			for _, w := range append(c.want, waysOut...) {
+				if !strings.Contains(out, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, out)
 				}
 			}
-			for _, bad := range []string{"goroutine ", "panic", ".go:"} {
-				if strings.Contains(stderr.String(), bad) {
-					t.Errorf("stderr looks like a stack trace (%q):\n%s", bad, stderr.String())
+			for _, w := range c.notWant {
+				if strings.Contains(out, w) {
+					t.Errorf("stderr says %q:\n%s", w, out)
 				}
 			}
+			if n := strings.Count(out, "inventory: "); n != 1 {
+				t.Errorf("%d messages, want one:\n%s", n, out)
+			}
+			assertNoStackTrace(t, out)
 		})
 	}
 }

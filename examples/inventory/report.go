@@ -19,6 +19,9 @@ func writeReport(w io.Writer, cfg demoConfig, results []*modeResult) (ok bool) {
 		fmt.Fprintf(w, ", %v of work between read and write", cfg.work)
 	}
 	fmt.Fprintln(w)
+	if cfg.where != "" {
+		fmt.Fprintf(w, "servers: %s\n", cfg.where)
+	}
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

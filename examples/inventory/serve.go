@@ -26,10 +26,12 @@ type serveConfig struct {
 	poolSize       int
 	lease          time.Duration
 	requestTimeout time.Duration
+	checkTimeout   time.Duration
 	shutdown       time.Duration
+	startServers   bool
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.Writer) int {
 	cfg := serveConfig{}
 	fs := flag.NewFlagSet("inventory serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -40,6 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.poolSize, "pool", 16, "database connections")
 	fs.DurationVar(&cfg.lease, "lease", 10*time.Second, "lock lease")
 	fs.DurationVar(&cfg.requestTimeout, "request-timeout", 5*time.Second, "bound on each request")
+	fs.DurationVar(&cfg.checkTimeout, "check-timeout", time.Second, "bound on each dependency's ping in /healthz and error answers")
+	fs.BoolVar(&cfg.startServers, "start-servers", true, startServersUsage)
 	fs.DurationVar(&cfg.shutdown, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -47,11 +51,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitUsage
 	}
+	if cfg.checkTimeout <= 0 {
+		fmt.Fprintln(stderr, "inventory serve: -check-timeout must be positive")
+		return exitUsage
+	}
 	srv, err := serversFromEnv(defaultDatabase)
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if err := checkRedis(ctx, srv.redisAddr); err != nil {
+	srv, release, err := provide(ctx, srv, l, cfg.startServers, stderr)
+	defer release()
+	if err != nil {
 		return fail(stderr, err)
 	}
 	admin, err := openDatabase(ctx, srv, 1)
@@ -73,11 +83,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(stderr, err)
 	}
+	fmt.Fprintf(stdout, "servers: %s\n", srv.describe())
 	if created {
 		fmt.Fprintf(stdout, "created SKU %q with stock %d\n", cfg.sku, cfg.stock)
 	}
-	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s)\n", ln.Addr(), cfg.sku, cfg.sku)
-	api := &api{guard: inst.guard, db: inst.db, deps: inst.ping, timeout: cfg.requestTimeout, instance: inst.name}
+	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s, GET /healthz)\n", ln.Addr(), cfg.sku, cfg.sku)
+	api := &api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: cfg.checkTimeout,
+		timeout: cfg.requestTimeout, instance: inst.name}
 	if err := serve(ctx, ln, api.routes(), cfg.shutdown); err != nil {
 		return fail(stderr, err)
 	}
@@ -107,17 +119,19 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 
 // api is the HTTP face of the service.
 type api struct {
-	guard    *guard.Guard
-	db       store.Execer
-	deps     func(ctx context.Context) error // pings Redis and MySQL
-	timeout  time.Duration
-	instance string
+	guard        *guard.Guard
+	db           store.Execer
+	checks       []check       // Redis and MySQL
+	checkTimeout time.Duration // bound on each check
+	timeout      time.Duration
+	instance     string
 }
 
 func (a *api) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", a.postOrder)
 	mux.HandleFunc("GET /stock/{sku}", a.getStock)
+	mux.HandleFunc("GET /healthz", a.healthz)
 	return mux
 }
 
@@ -213,11 +227,10 @@ func (a *api) writeError(ctx context.Context, w http.ResponseWriter, err error) 
 		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "order not placed, try again: " + err.Error()})
 		return
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	if derr := a.deps(pctx); derr != nil {
+	// The request's own deadline may be spent: the checks get their own.
+	if down := failing(runChecks(context.WithoutCancel(ctx), a.checks, a.checkTimeout)); len(down) > 0 {
 		w.Header().Set("Retry-After", "5")
-		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "a dependency is down: " + dependencyDown(derr)})
+		writeJSON(w, http.StatusServiceUnavailable, errorResponse{Error: "a dependency is down: " + dependencyDown(down)})
 		return
 	}
 	if errors.Is(err, guard.ErrOutcomeUnknown) {
@@ -231,9 +244,13 @@ func (a *api) writeError(ctx context.Context, w http.ResponseWriter, err error) 
 	writeJSON(w, http.StatusInternalServerError, errorResponse{Error: "internal error"})
 }
 
-// dependencyDown turns a ping failure into one line naming the servers.
-func dependencyDown(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+// dependencyDown turns failed checks into one line naming the servers.
+func dependencyDown(down []*depError) string {
+	parts := make([]string, len(down))
+	for i, d := range down {
+		parts[i] = oneLine(d)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // depError names the dependency whose ping failed.

@@ -41,7 +41,8 @@ func newTestAPI(t *testing.T, srv servers, prefix, sku string, stock int) (*api,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = inst.close() })
-	return &api{guard: inst.guard, db: inst.db, deps: inst.ping, timeout: 3 * time.Second, instance: inst.name}, inst
+	return &api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: time.Second,
+		timeout: 3 * time.Second, instance: inst.name}, inst
 }
 
 type reply struct {
@@ -161,6 +162,9 @@ func TestDependencyDownAnswers503(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || !strings.Contains(fmt.Sprint(r.body["error"]), "redis unavailable") ||
 			r.header.Get("Retry-After") == "" {
 			t.Fatalf("order with Redis down: %d %v", r.status, r.body)
+		}
+		if strings.Contains(fmt.Sprint(r.body["error"]), "mysql") {
+			t.Errorf("MySQL blamed although it answers: %v", r.body["error"])
 		}
 		// Reads need only MySQL and keep working.
 		if r := do(t, h, "GET", "/stock/widget", ""); r.status != http.StatusOK || r.body["stock"] != 4.0 {

@@ -2,78 +2,41 @@ package testenv
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	"github.com/testcontainers/testcontainers-go"
-	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
-)
-
-// Images of the fallback containers: the versions docker-compose.yml runs.
-const (
-	redisImage = "redis:7.0"
-	mysqlImage = "mysql:8.0"
+	"github.com/redfence/redfence/internal/devserver"
 )
 
 // dockerAvailable reports whether testcontainers-go can reach a Docker
-// engine (DOCKER_HOST, the default socket, or ~/.testcontainers.properties).
-// testcontainers-go panics in some configurations without an engine, so a
-// panic counts as "not available".
-func dockerAvailable() (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("testcontainers-go: %v", r)
-		}
-	}()
-	p, err := testcontainers.NewDockerProvider()
-	if err != nil {
-		return err
-	}
+// engine; nil means it can.
+func dockerAvailable() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	return p.Health(ctx) // Health closes the provider
+	return devserver.DockerAvailable(ctx)
 }
 
 // startRedisContainer starts Redis in a container for the rest of the test
 // process and returns its host:port. testcontainers-go's reaper removes the
 // container when the process exits.
 func startRedisContainer(ctx context.Context) (string, error) {
-	c, err := tcredis.Run(ctx, redisImage)
+	c, err := devserver.StartRedisContainer(ctx)
 	if err != nil {
-		return "", fmt.Errorf("start %s: %w", redisImage, err)
+		return "", err
 	}
-	uri, err := c.ConnectionString(ctx)
-	if err != nil {
-		return "", fmt.Errorf("address of %s: %w", redisImage, err)
-	}
-	return strings.TrimPrefix(uri, "redis://"), nil
+	return c.Addr, nil
 }
 
 // startMySQLContainer starts MySQL in a container for the rest of the test
 // process and returns a DSN for root with no database selected, the shape of
 // [DefaultMySQLDSN].
 func startMySQLContainer(ctx context.Context) (string, error) {
-	c, err := tcmysql.Run(ctx, mysqlImage, tcmysql.WithUsername("root"), tcmysql.WithPassword(""))
+	c, err := devserver.StartMySQLContainer(ctx)
 	if err != nil {
-		return "", fmt.Errorf("start %s: %w", mysqlImage, err)
+		return "", err
 	}
-	dsn, err := c.ConnectionString(ctx)
-	if err != nil {
-		return "", fmt.Errorf("address of %s: %w", mysqlImage, err)
-	}
-	return containerDSN(dsn)
+	return c.DSN, nil
 }
 
-// containerDSN turns the module's connection string into a DSN with no
+// containerDSN turns a container's connection string into a DSN with no
 // database selected.
-func containerDSN(dsn string) (string, error) {
-	cfg, err := gomysql.ParseDSN(dsn)
-	if err != nil {
-		return "", fmt.Errorf("container DSN %q: %w", dsn, err)
-	}
-	cfg.DBName = ""
-	return cfg.FormatDSN(), nil
-}
+func containerDSN(dsn string) (string, error) { return devserver.AdminDSN(dsn) }

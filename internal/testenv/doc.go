@@ -8,4 +8,12 @@
 // started in a container with testcontainers-go, once per test process. A test
 // that needs a server which does not answer fails at once with a message
 // naming the variable to set; it never skips.
+//
+// Each server is checked once per test process, with short timeouts. When it
+// is down, the first test that needs it fails with that message (one line)
+// and every later one fails immediately without repeating it, so a package
+// whose server is missing fails in seconds instead of spending each test's
+// dial retries. The helpers also silence the global loggers of go-redis and
+// the MySQL driver, whose messages (a line per failed dial) repeat what the
+// returned errors already say; library code never touches them.
 package testenv

@@ -20,12 +20,15 @@ const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/"
 // 127.0.0.1:3306; otherwise, when a Docker engine is reachable, a MySQL
 // container started once for the whole test process with testcontainers-go.
 func MySQLDSN() string {
+	quietClientLogs()
 	return mysqlResolver.get()
 }
 
 // MySQL creates a database of the test's own on the MySQL server, returns a
 // handle to it (parseTime on) and drops the database when the test ends. It
 // fails the test at once, naming MYSQL_DSN, when the server does not answer.
+// The server is checked once per test process: when it is down, the first
+// test explains and the later ones fail without waiting.
 func MySQL(t testing.TB) *sqlx.DB {
 	t.Helper()
 	db, _ := MySQLWithDSN(t)
@@ -42,6 +45,9 @@ func MySQLWithDSN(t testing.TB) (*sqlx.DB, string) {
 		t.Fatalf("testenv: MYSQL_DSN=%q is not a valid DSN: %v", base, err)
 	}
 	cfg.ParseTime = true
+	if r := reachMySQL(base, cfg); r.err != nil {
+		r.fail(t, mysqlDown(cfg.Addr, r.err))
+	}
 	admin, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		t.Fatalf("testenv: open MySQL: %v", err)
@@ -50,8 +56,7 @@ func MySQLWithDSN(t testing.TB) (*sqlx.DB, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := admin.PingContext(ctx); err != nil {
-		t.Fatalf("testenv: MySQL at %s does not answer (%v): start it, or set MYSQL_DSN=user:pass@tcp(host:port)/ "+
-			"(docker compose up -d starts one on 127.0.0.1:3306)%s", cfg.Addr, err, noteSuffix(mysqlResolver))
+		t.Fatal(mysqlDown(cfg.Addr, err))
 	}
 	name := "rftest_" + RandomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
@@ -87,4 +92,10 @@ func MustExec(t testing.TB, db *sqlx.DB, query string, args ...any) {
 	if _, err := db.ExecContext(ctx, query, args...); err != nil {
 		t.Fatalf("testenv: %s: %v", query, fmt.Sprint(err))
 	}
+}
+
+// mysqlDown is the one-line failure of a test whose MySQL does not answer.
+func mysqlDown(addr string, err error) string {
+	return fmt.Sprintf("testenv: MySQL at %s does not answer (%v): start it, or set MYSQL_DSN=user:pass@tcp(host:port)/ "+
+		"(docker compose up -d starts one on 127.0.0.1:3306)%s", addr, err, noteSuffix(mysqlResolver))
 }

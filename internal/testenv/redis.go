@@ -20,12 +20,15 @@ const DefaultRedisAddr = "127.0.0.1:6379"
 // there; otherwise, when a Docker engine is reachable, a Redis container
 // started once for the whole test process with testcontainers-go.
 func RedisAddr() string {
+	quietClientLogs()
 	return redisResolver.get()
 }
 
 // Redis returns a client for the shared Redis server, closed when the test
 // ends. It fails the test at once, naming REDIS_ADDR, when the server does not
-// answer a PING within a few seconds.
+// answer a PING within a few seconds. The server is checked once per test
+// process: when it is down, the first test explains and the later ones fail
+// without waiting.
 //
 // The shared server is used by packages running in parallel: never FLUSHALL,
 // FLUSHDB, CONFIG SET or SHUTDOWN it. Tests that need destructive commands
@@ -33,15 +36,23 @@ func RedisAddr() string {
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
 	addr := RedisAddr()
+	if r := reachRedis(addr); r.err != nil {
+		r.fail(t, redisDown(addr, r.err))
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("testenv: Redis at %s does not answer (%v): start it, or set REDIS_ADDR=host:port "+
-			"(docker compose up -d starts one on 127.0.0.1:6379)%s", addr, err, noteSuffix(redisResolver))
+		t.Fatal(redisDown(addr, err))
 	}
 	return rdb
+}
+
+// redisDown is the one-line failure of a test whose Redis does not answer.
+func redisDown(addr string, err error) string {
+	return fmt.Sprintf("testenv: Redis at %s does not answer (%v): start it, or set REDIS_ADDR=host:port "+
+		"(docker compose up -d starts one on 127.0.0.1:6379)%s", addr, err, noteSuffix(redisResolver))
 }
 
 var unsafeKeyChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -57,7 +68,11 @@ func Prefix(t testing.TB) string {
 }
 
 func deleteKeys(pattern string) {
-	rdb := redis.NewClient(&redis.Options{Addr: RedisAddr()})
+	addr := RedisAddr()
+	if reachRedis(addr).err != nil {
+		return // nothing was written
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -2,17 +2,12 @@ package testenv
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/devserver"
 )
 
 // Server is a redis-server process started by a test on a loopback port.
@@ -21,21 +16,18 @@ type Server struct {
 	Port int
 	Dir  string // working directory (logs, nothing persisted unless asked)
 
-	t    testing.TB
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	t testing.TB
+	p *devserver.Process
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := devserver.FreePort()
 	if err != nil {
-		t.Fatalf("testenv: no free port: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // RedisServer starts a redis-server on a free loopback port with persistence
@@ -44,68 +36,20 @@ func FreePort(t testing.TB) int {
 // ends. It fails the test if redis-server is not installed.
 func RedisServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := devserver.LookRedis()
 	if err != nil {
-		t.Fatalf("testenv: redis-server is not on PATH (apt-get install redis-server): %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
-	s := &Server{t: t, Dir: t.TempDir()}
-	s.args = append([]string{bin}, extra...)
-	s.start(t, false)
-	t.Cleanup(func() { s.Kill() })
-	return s
-}
-
-func (s *Server) start(t testing.TB, samePort bool) {
-	t.Helper()
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		if !samePort {
-			s.Port = FreePort(t)
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		args := append([]string{}, s.args[1:]...)
-		args = append(args, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", s.Dir,
-			"--logfile", filepath.Join(s.Dir, "redis.log"), "--daemonize", "no")
-		cmd := exec.Command(s.args[0], args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("testenv: start redis-server: %v", err)
-		}
-		s.cmd = cmd
-		s.done = make(chan struct{})
-		go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
-		if lastErr = s.waitReady(5 * time.Second); lastErr == nil {
-			return
-		}
-		s.Kill()
-		s.cmd = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := devserver.StartRedis(ctx, devserver.RedisOptions{Bin: bin, Dir: t.TempDir(), Args: extra})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
-	log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-	t.Fatalf("testenv: redis-server on %s did not become ready: %v\n%s", s.Addr, lastErr, log)
-}
-
-func (s *Server) waitReady(d time.Duration) error {
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
-	defer rdb.Close()
-	deadline := time.Now().Add(d)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("process exited: %w", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Registered after t.TempDir, so it runs first: the directory is removed
+	// once the server is gone.
+	t.Cleanup(p.Kill)
+	return &Server{Addr: p.Addr, Port: p.Port, Dir: p.Dir, t: t, p: p}
 }
 
 // Client returns a new client for this server, closed when the test ends.
@@ -117,24 +61,29 @@ func (s *Server) Client() *redis.Client {
 
 // Kill stops the server with SIGKILL, as a crash would, and waits for it to
 // exit. It is safe to call more than once.
-func (s *Server) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
-}
+func (s *Server) Kill() { s.p.Kill() }
 
 // Pause stops the server process with SIGSTOP; Resume continues it.
-func (s *Server) Pause() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
+func (s *Server) Pause() {
+	if err := s.p.Pause(); err != nil {
+		s.t.Errorf("testenv: pause redis-server on %s: %v", s.Addr, err)
+	}
+}
 
 // Resume continues a server stopped with Pause.
-func (s *Server) Resume() { _ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+func (s *Server) Resume() {
+	if err := s.p.Resume(); err != nil {
+		s.t.Errorf("testenv: resume redis-server on %s: %v", s.Addr, err)
+	}
+}
 
 // Restart kills the server and starts it again on the same port with the same
 // arguments. Without persistence it comes back empty.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Kill()
-	s.start(s.t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.p.Restart(ctx); err != nil {
+		s.t.Fatalf("testenv: restart: %v", err)
+	}
 }

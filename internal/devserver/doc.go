@@ -1,0 +1,10 @@
+// Package devserver starts throwaway Redis and MariaDB servers on loopback
+// ports, as local processes (redis-server, mariadbd) or as containers through
+// testcontainers-go, for redfence's tests and its inventory demo.
+//
+// A process runs in a process group of its own, so that killing it also ends
+// anything it started, and on Linux it is killed by the kernel when the
+// program that started it dies. Nothing it writes is meant to outlive it:
+// [Process.Close] kills it and removes the directory it was given when the
+// package created that directory.
+package devserver
