@@ -68,6 +68,16 @@ var (
 	// sql.DB.SetMaxOpenConns allows, so the nested call would wait forever.
 	ErrNestedPool = errors.New("guard: nested call on another key needs a connection the enclosing calls hold")
 
+	// ErrUnsafePool is returned by Do, before anything is locked or written,
+	// when the database pool cannot keep fn's statements inside the fenced
+	// transaction: the pool reaches a Galera node and the driver prepares
+	// statements on the server (go-sql-driver/mysql's default). A
+	// brute-force abort that lands on such a PREPARE is not reported, and
+	// the statements after it would commit one by one, unfenced. Set
+	// interpolateParams=true in the DSN. The first Do of a Guard checks its
+	// pool once.
+	ErrUnsafePool = errors.New("guard: the database pool cannot keep fn inside the fenced transaction")
+
 	// ErrFallbackLimit is returned by Do in database mode (Options.Fallback)
 	// when ctx ended while the caller waited, holding no connection, for one
 	// of the database-mode slots that Options.FallbackMaxWaiters and

@@ -24,6 +24,7 @@ type Guard struct {
 	err    error // set by New when the Guard is unusable
 
 	ensured ensured
+	dbCheck dbCheck
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
 
@@ -129,7 +130,7 @@ func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 // Do returns nil exactly when the transaction committed; otherwise fn's
 // error (wrapped when retries were exhausted) or one describing the failed
 // step: [ErrFenced], [ErrLockLost], [ErrNotCommitted], [ErrOutcomeUnknown],
-// [ErrImplicitCommit], [ErrReentry], [ErrNestedPool], or an error of the lock
+// [ErrImplicitCommit], [ErrReentry], [ErrNestedPool], [ErrUnsafePool], or an error of the lock
 // or the database. Input errors
 // ([ErrNilContext], [ErrNilFunc], [ErrInvalidKey], [ErrInvalidGuard]) come
 // back before anything is touched.
@@ -155,6 +156,10 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	tr, ctx := g.newTracer(ctx, key)
 	if ctx.Err() != nil {
 		err := context.Cause(ctx)
+		tr.done(err)
+		return err
+	}
+	if err := g.checkDatabase(ctx); err != nil {
 		tr.done(err)
 		return err
 	}

@@ -293,7 +293,9 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 	if _, err := t.before(ctx, query); err != nil {
 		return t.Tx.QueryRowContext(refusedCtx(ctx), query, args...)
 	}
-	return t.Tx.QueryRowContext(ctx, query, args...)
+	row := t.Tx.QueryRowContext(ctx, query, args...)
+	_ = t.observe(row.Err()) // the row's Scan returns the error to fn
+	return row
 }
 
 // QueryRow is QueryRowContext with context.Background.
@@ -306,7 +308,9 @@ func (t *Tx) QueryRowxContext(ctx context.Context, query string, args ...any) *s
 	if _, err := t.before(ctx, query); err != nil {
 		return t.Tx.QueryRowxContext(refusedCtx(ctx), query, args...)
 	}
-	return t.Tx.QueryRowxContext(ctx, query, args...)
+	row := t.Tx.QueryRowxContext(ctx, query, args...)
+	_ = t.observe(row.Err()) // the row's Scan returns the error to fn
+	return row
 }
 
 // QueryRowx is QueryRowxContext with context.Background.

@@ -1,0 +1,132 @@
+package guard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// A Galera node can roll a transaction back on behalf of another node's
+// commit (a brute-force abort) at any moment. MariaDB reports that abort to
+// the statement it interrupts, except when it lands on a server-side PREPARE:
+// the PREPARE succeeds, the transaction is gone, and the statements that
+// follow run, and commit, one by one outside it, where the fence does not
+// reach them. Do cannot see that from the client, so it refuses a Galera
+// pool that prepares statements on the server; client-side interpolation
+// (interpolateParams=true) sends each statement as one query whose failure
+// is always reported.
+
+const (
+	sqlWsrepOn      = "SHOW VARIABLES LIKE 'wsrep_on'"
+	sqlPrepareCount = "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'"
+	sqlWithArg      = "SELECT ?"
+)
+
+// dbCheck remembers the outcome of a Guard's one check of its pool.
+type dbCheck struct {
+	mu      sync.Mutex
+	done    bool
+	err     error         // the refusal, when done
+	running chan struct{} // closed when the check in progress ends
+}
+
+// checkDatabase returns nil when the pool can run Do's transactions, or an
+// error wrapping [ErrUnsafePool]. The first Do of a Guard checks the pool
+// (two to four short statements); the result is kept. A check that fails
+// for a reason of its own (ctx, the database unreachable) is not kept, and
+// Do returns that error.
+func (g *Guard) checkDatabase(ctx context.Context) error {
+	c := &g.dbCheck
+	for {
+		c.mu.Lock()
+		if c.done {
+			c.mu.Unlock()
+			return c.err
+		}
+		if wait := c.running; wait != nil {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		ch := make(chan struct{})
+		c.running = ch
+		c.mu.Unlock()
+
+		refusal, err := g.probe(ctx)
+		c.mu.Lock()
+		if err == nil {
+			c.done, c.err = true, refusal
+		}
+		c.running = nil
+		close(ch)
+		c.mu.Unlock()
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("guard: check the database pool: %w", err)
+		}
+		return refusal
+	}
+}
+
+// probe finds out whether the pool reaches a Galera node and prepares
+// statements on the server. It returns the refusal, if any, and an error
+// when it could not tell.
+func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
+	conn, err := g.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	on, err := variable(ctx, conn, sqlWsrepOn)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil // no Galera support compiled in (MySQL, other MariaDB builds)
+	}
+	if err != nil || !strings.EqualFold(on, "ON") {
+		return nil, err
+	}
+	before, err := counter(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var one int
+	if err := conn.QueryRowContext(ctx, sqlWithArg, 1).Scan(&one); err != nil {
+		return nil, err
+	}
+	after, err := counter(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if after > before {
+		return fmt.Errorf("%w: the database is a Galera node (wsrep_on=ON) and the driver prepares statements on the server; "+
+			"set interpolateParams=true in the DSN of the pool Do runs on", ErrUnsafePool), nil
+	}
+	return nil, nil
+}
+
+// variable returns the value column of a SHOW … LIKE statement's one row.
+func variable(ctx context.Context, conn *sql.Conn, query string) (string, error) {
+	var name, value string
+	err := conn.QueryRowContext(ctx, query).Scan(&name, &value)
+	return value, err
+}
+
+func counter(ctx context.Context, conn *sql.Conn) (int64, error) {
+	v, err := variable(ctx, conn, sqlPrepareCount)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if _, err := fmt.Sscan(v, &n); err != nil {
+		return 0, fmt.Errorf("Com_stmt_prepare %q: %w", v, err)
+	}
+	return n, nil
+}
