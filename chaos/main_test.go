@@ -6,9 +6,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/redfence/redfence/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
+	testenv.QuietClientLogs()
 	code := m.Run()
 	if holderDir != "" {
 		_ = os.RemoveAll(holderDir)

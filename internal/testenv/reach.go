@@ -104,6 +104,11 @@ func quietClientLogs() {
 	})
 }
 
+// QuietClientLogs is quietClientLogs for test binaries that start their own
+// servers (the fault suite), whose faults would otherwise print a line per
+// dial attempt for as long as a server is down or being failed over.
+func QuietClientLogs() { quietClientLogs() }
+
 // discardRedisLog is a go-redis logger that prints nothing.
 type discardRedisLog struct{}
 
