@@ -123,7 +123,17 @@ func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *cl
 			}
 		}},
 	})
+	e.checkPool(c.g)
 	return c
+}
+
+// checkPool makes the check of its pool that a Guard's first Do would make,
+// so that the scenarios' first buys start with the lock, as later ones do.
+func (e *env) checkPool(g *guard.Guard) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mustNoErr(e.t, g.CheckDatabase(ctx), "check the database pool")
 }
 
 // onAcquired sets a callback run when this client's next locks are granted.

@@ -25,7 +25,11 @@ var ErrSoldOut = errors.New("chaos: sold out")
 // of the fence shows up as a duplicate seq, a lost update or an oversell
 // rather than being hidden by the database. orders.fence_op is the
 // operation id of the fence claim the order was written under, so the checks
-// can tell whether the fence row names the last committed order.
+// can tell whether the fence row names the last committed order; row_op is
+// the operation id the fence row itself showed inside the transaction when
+// the order was written, which is fence_op exactly when the transaction
+// holds its own claim (a transaction that skipped or lost its claim sees
+// another's).
 const (
 	createItems = `CREATE TABLE IF NOT EXISTS items (
 	id VARCHAR(64) NOT NULL PRIMARY KEY,
@@ -41,12 +45,17 @@ const (
 	seq BIGINT NOT NULL,
 	stock_after INT NOT NULL,
 	fence_op VARCHAR(191) NOT NULL,
+	row_op VARCHAR(191) NOT NULL DEFAULT '',
 	KEY (op_id)
 ) ENGINE=InnoDB`
-	insertItem  = `INSERT INTO items (id, stock, seq) VALUES (?, ?, 0)`
-	selectItem  = `SELECT stock, seq FROM items WHERE id = ?`
-	updateItem  = `UPDATE items SET stock = ?, seq = ? WHERE id = ?`
-	insertOrder = `INSERT INTO orders (op_id, item, qty, token, seq, stock_after, fence_op) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	insertItem = `INSERT INTO items (id, stock, seq) VALUES (?, ?, 0)`
+	selectItem = `SELECT stock, seq FROM items WHERE id = ?`
+	updateItem = `UPDATE items SET stock = ?, seq = ? WHERE id = ?`
+	// The fence row is read where the guarded write lands: in the order's
+	// INSERT, by a locking read that sees the transaction's own claim.
+	insertOrder = `INSERT INTO orders (op_id, item, qty, token, seq, stock_after, fence_op, row_op)
+	SELECT ?, ?, ?, ?, ?, ?, ?, COALESCE((SELECT op_id FROM ` + fence.Table + `
+		WHERE resource = ? OR resource LIKE CONCAT('%{', ?) LIMIT 1), '')`
 	selectStock = `SELECT stock FROM items WHERE id = ?`
 )
 
@@ -106,7 +115,7 @@ func buyIn(ctx context.Context, tx stmts, item, opID string, qty int, token uint
 	if _, err := tx.ExecContext(ctx, updateItem, stock-qty, seq+1, item); err != nil {
 		return fmt.Errorf("chaos: update stock: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, insertOrder, opID, item, qty, token, seq+1, stock-qty, fenceOp); err != nil {
+	if _, err := tx.ExecContext(ctx, insertOrder, opID, item, qty, token, seq+1, stock-qty, fenceOp, item, item); err != nil {
 		return fmt.Errorf("chaos: insert order: %w", err)
 	}
 	return nil

@@ -156,7 +156,8 @@ func plainThroughput(t *testing.T, ctx context.Context, e *env, d time.Duration)
 	if _, err := e.db.ExecContext(ctx, insertItem, item, 1_000_000); err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
+	var n, failed atomic.Int64
+	var firstErr atomic.Pointer[error]
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -171,6 +172,9 @@ func plainThroughput(t *testing.T, ctx context.Context, e *env, d time.Duration)
 					_, _ = ReadStock(rctx, e.db, item)
 				} else if err := plainBuy(rctx, e, item, fmt.Sprintf("plain-%d-%d", i, j)); err == nil {
 					n.Add(1)
+				} else if rctx.Err() == nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
 				}
 				select {
 				case <-rctx.Done():
@@ -180,6 +184,15 @@ func plainThroughput(t *testing.T, ctx context.Context, e *env, d time.Duration)
 		}()
 	}
 	wg.Wait()
+	// The baseline must measure buys, not errors: a broken baseline would
+	// make any guarded throughput look good enough.
+	if failed.Load() > 0 || n.Load() == 0 {
+		var err error
+		if p := firstErr.Load(); p != nil {
+			err = *p
+		}
+		t.Fatalf("plain SELECT … FOR UPDATE baseline: %d buys, %d failed (first: %v)", n.Load(), failed.Load(), err)
+	}
 	return float64(n.Load()) / d.Seconds()
 }
 
@@ -197,7 +210,7 @@ func plainBuy(ctx context.Context, e *env, item, opID string) error {
 	if _, err := tx.ExecContext(ctx, updateItem, stock-1, seq+1, item); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, insertOrder, opID, item, 1, 1, seq+1, stock-1); err != nil {
+	if _, err := tx.ExecContext(ctx, insertOrder, opID, item, 1, 1, seq+1, stock-1, "plain", item, item); err != nil {
 		return err
 	}
 	return tx.Commit()

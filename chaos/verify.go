@@ -46,6 +46,7 @@ type order struct {
 	Seq        int64  `db:"seq"`
 	StockAfter int    `db:"stock_after"`
 	FenceOp    string `db:"fence_op"`
+	RowOp      string `db:"row_op"`
 }
 
 // VerifyDatabase compares the history with what the database holds for
@@ -69,7 +70,7 @@ func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, 
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
 	var orders []order
-	if err := db.SelectContext(ctx, &orders, `SELECT op_id, qty, token, seq, stock_after, fence_op FROM orders WHERE item = ? ORDER BY seq, id`, item); err != nil {
+	if err := db.SelectContext(ctx, &orders, `SELECT op_id, qty, token, seq, stock_after, fence_op, row_op FROM orders WHERE item = ? ORDER BY seq, id`, item); err != nil {
 		return s, fmt.Errorf("chaos: read orders: %w", err)
 	}
 	s.Orders = len(orders)
@@ -124,8 +125,16 @@ func VerifyDatabase(ctx context.Context, db *sqlx.DB, item string, initial int, 
 		if o.Seq != int64(i+1) {
 			fail("order %d (op %s) has seq %d, want %d: lost or duplicated write", i+1, o.OpID, o.Seq, i+1)
 		}
-		if i > 0 && o.Token <= lastToken {
-			fail("token not strictly increasing in commit order: seq %d token %d after %d", o.Seq, o.Token, lastToken)
+		// Orders of one transaction (the buys of one batch) share its
+		// token and claim; from one transaction to the next the token must
+		// grow.
+		if i > 0 && (o.Token < lastToken || o.Token == lastToken && o.FenceOp != lastOp) {
+			fail("token not strictly increasing in commit order: seq %d token %d (claim %q) after %d (claim %q)",
+				o.Seq, o.Token, o.FenceOp, lastToken, lastOp)
+		}
+		if o.RowOp != o.FenceOp {
+			fail("order seq %d (op %s) was written under claim %q but the fence row showed %q: its transaction did not hold its own claim",
+				o.Seq, o.OpID, o.FenceOp, o.RowOp)
 		}
 		stock -= o.Qty
 		sold += o.Qty

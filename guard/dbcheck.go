@@ -33,11 +33,24 @@ type dbCheck struct {
 	running chan struct{} // closed when the check in progress ends
 }
 
-// checkDatabase returns nil when the pool can run Do's transactions, or an
-// error wrapping [ErrUnsafePool]. The first Do of a Guard checks the pool
-// (two to four short statements); the result is kept. A check that fails
-// for a reason of its own (ctx, the database unreachable) is not kept, and
-// Do returns that error.
+// CheckDatabase returns nil when Do can run its transactions on the Guard's
+// pool, or an error wrapping [ErrUnsafePool] that names what to change. It
+// runs two to four short statements on one connection the first time it
+// succeeds, and returns the kept result after that. Do calls it before it
+// takes the lock; call it at start-up to fail fast, or so that the first
+// Do does not pay for it. A check that could not be made (ctx ended, the
+// database unreachable) is not kept: the next call tries again. ctx bounds
+// the check, including the wait for a connection.
+func (g *Guard) CheckDatabase(ctx context.Context) error {
+	if err := g.usable(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return ErrNilContext
+	}
+	return g.checkDatabase(ctx)
+}
+
 func (g *Guard) checkDatabase(ctx context.Context) error {
 	c := &g.dbCheck
 	for {

@@ -3,6 +3,7 @@ package galeratest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ func TestServerSidePreparesAreRefused(t *testing.T) {
 	prepared := w.open(w.dsns[1]) // no interpolateParams
 	in := w.instance("prepares", 1, instanceConfig{db: prepared})
 	ctx := w.ctx
+	if err := in.g.CheckDatabase(ctx); !errors.Is(err, guard.ErrUnsafePool) || !strings.Contains(err.Error(), "interpolateParams=true") {
+		t.Fatalf("CheckDatabase = %v, want ErrUnsafePool naming interpolateParams=true", err)
+	}
 	for i := range 2 {
 		ran := false
 		err := in.g.Do(ctx, "counter", func(ctx context.Context, tx *guard.Tx) error {

@@ -1,0 +1,106 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redfence/redfence/guard"
+	"github.com/redfence/redfence/internal/testenv"
+)
+
+// batchMembers is how many buyers each batching process runs at once.
+const batchMembers = 6
+
+// Scenario "batched": two processes whose Guards combine queued callers
+// (guard.Options.MaxBatch), each with several buyers at once, so that most
+// transactions carry several buys. Faults for the whole run: the lock's
+// Redis keys are deleted under its holders (two processes' batches then
+// overlap and only the fence row serialises them), and connections in the
+// middle of a statement, a batch member's work or its COMMIT are killed.
+// Every member's buy must be linearizable on its own, nothing oversold, an
+// order present exactly for the buys Do reported committed (or whose
+// outcome it could not know).
+func TestScenarioBatched(t *testing.T) {
+	e := newEnv(t, "batched", 100_000)
+	srv := testenv.RedisServer(t)
+	ctx := ctxT(t, 90*time.Second)
+
+	var buyers []*client
+	var retries atomic.Int64
+	for range 2 {
+		db := e.open(e.dsn)
+		db.SetMaxOpenConns(4)
+		c := e.newClient(srv.Client(), db, fastLocks)
+		c.g = guard.New(c.locker, db, &guard.Options{
+			MaxAttempts: 2, UnlockTimeout: 2 * time.Second, MaxBatch: 8,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Hooks:  guard.Hooks{OnRetry: func(string, int, error) { retries.Add(1) }},
+		})
+		buyers = append(buyers, c)
+		// Buyers of one process share its Guard (that is what batches them)
+		// and each has a history process of its own.
+		for range batchMembers - 1 {
+			buyers = append(buyers, e.member(c))
+		}
+	}
+	lctx, stop := context.WithCancel(ctx)
+	waitLoad := e.loadHolding(lctx, 20*time.Millisecond, 2*time.Millisecond, buyers...)
+	defer func() { stop(); waitLoad() }()
+
+	killer := e.open(e.dsn)
+	killer.SetMaxOpenConns(1)
+	var faults sync.WaitGroup
+	var kills atomic.Int64
+	faults.Go(func() {
+		r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+		for i := 0; lctx.Err() == nil; i++ {
+			select {
+			case <-lctx.Done():
+				return
+			case <-time.After(time.Duration(150+r.IntN(200)) * time.Millisecond):
+			}
+			if i%2 == 0 {
+				_ = e.dropGrant(lctx, srv.Client())
+				continue
+			}
+			var ids []int64
+			// Connections in a transaction of this scenario's database,
+			// whether running a statement or between two.
+			if err := killer.SelectContext(lctx, &ids, "SELECT p.ID FROM information_schema.PROCESSLIST p"+
+				" JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID"+
+				" WHERE p.DB = DATABASE() AND p.ID <> CONNECTION_ID()"); err != nil || len(ids) == 0 {
+				continue
+			}
+			if _, err := killer.ExecContext(lctx, "KILL ?", ids[r.IntN(len(ids))]); err == nil {
+				kills.Add(1)
+			}
+		}
+	})
+	time.Sleep(6 * time.Second)
+	stop()
+	faults.Wait()
+	waitLoad()
+	s := e.finish()
+	var txs int
+	mustNoErr(t, e.db.GetContext(ctx, &txs, "SELECT COUNT(DISTINCT fence_op) FROM orders WHERE item = ?", e.item), "count transactions")
+	t.Logf("%d orders in %d transactions; %d connections killed; retries %d", s.Orders, txs, kills.Load(), retries.Load())
+	if s.Orders < 2*txs {
+		t.Errorf("%d orders in %d transactions: batches averaged under 2 buys, the scenario did not exercise batching", s.Orders, txs)
+	}
+	if kills.Load() == 0 || retries.Load()+int64(s.Failed+s.Unknown) == 0 {
+		t.Errorf("%d kills, %d retries, %d failed and %d unknown buys: the kills never hit a transaction", kills.Load(), retries.Load(), s.Failed, s.Unknown)
+	}
+}
+
+// member returns a client with a history process of its own that runs on
+// c's Guard, as one more goroutine of the same application instance.
+func (e *env) member(c *client) *client {
+	e.clients++
+	return &client{e: e, id: e.clients, g: c.g, locker: c.locker, db: c.db}
+}
