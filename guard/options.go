@@ -16,7 +16,11 @@ import (
 // metrics on them). Every field may be nil. They run synchronously on the
 // goroutine that calls Do, except OnLost, which runs on a goroutine of Do's
 // own while fn may still be running; Do returns only after every hook call
-// of that Do has returned. Hooks must be quick and must not call Do.
+// of that Do has returned. With Options.MaxBatch above 1, OnAcquired,
+// OnRetry, OnFenced, OnLost and OnCommitted are called once per batch, on
+// the batch's goroutine, and OnDo, OnStep and OnDone once per caller (see
+// "Batching" in the package documentation). Hooks must be quick and must
+// not call Do.
 type Hooks struct {
 	// OnAcquired is called when the lock has been granted, with the lock's
 	// fencing token and the time spent waiting in the queue.
