@@ -9,8 +9,6 @@ import (
 	"io/fs"
 
 	"github.com/golang-migrate/migrate/v4"
-	migratemysql "github.com/golang-migrate/migrate/v4/database/mysql"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 // MigrationsTable is the table in which [Apply] and the migrate tool record
@@ -73,70 +71,7 @@ func ApplyFS(ctx context.Context, db *sql.DB, fsys fs.FS, table string) (err err
 	if err := checkTable(table); err != nil {
 		return err
 	}
-	// The driver gets a connection of its own: closing it (below) must not
-	// close the caller's pool, which closing a driver made with WithInstance
-	// would do.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("migrations: connect: %w", err)
-	}
-	drv, err := migratemysql.WithConnection(ctx, conn, &migratemysql.Config{MigrationsTable: table})
-	if err != nil {
-		_ = conn.Close()
-		if errors.Is(err, migratemysql.ErrNoDatabaseName) {
-			return ErrNoDatabase
-		}
-		return fmt.Errorf("migrations: prepare %s: %w", table, err)
-	}
-	src, err := iofs.New(fsys, ".")
-	if err != nil {
-		_ = drv.Close()
-		return fmt.Errorf("migrations: read migration files: %w", err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
-	if err != nil {
-		_ = src.Close()
-		_ = drv.Close()
-		return fmt.Errorf("migrations: %w", err)
-	}
-	defer func() {
-		srcErr, dbErr := m.Close()
-		if err == nil {
-			if cerr := errors.Join(srcErr, dbErr); cerr != nil {
-				err = fmt.Errorf("migrations: close: %w", cerr)
-			}
-		}
-	}()
-
-	// golang-migrate takes no context; it stops between files when told.
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case <-ctx.Done():
-			m.GracefulStop <- true
-		case <-stop:
-		}
-	}()
-	err = m.Up()
-	close(stop)
-	<-watched
-
-	var dirty migrate.ErrDirty
-	switch {
-	case err == nil, errors.Is(err, migrate.ErrNoChange):
-		return ctx.Err()
-	case errors.As(err, &dirty):
-		return fmt.Errorf("%w at version %d: a migration failed part-way; repair the schema by hand, "+
-			"then record the version it is at with the migrate tool's force command "+
-			"(x-migrations-table=%s)", ErrDirty, dirty.Version, table)
-	default:
-		if ctx.Err() != nil {
-			return errors.Join(fmt.Errorf("migrations: %w", err), ctx.Err())
-		}
-		return fmt.Errorf("migrations: %w", err)
-	}
+	return run(ctx, db, fsys, table, (*migrate.Migrate).Up)
 }
 
 // checkTable accepts the unquoted identifiers MySQL and MariaDB accept without
