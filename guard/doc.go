@@ -222,10 +222,12 @@
 //     one. Hooks.OnAcquired and the StepLock of Hooks.OnStep come once per
 //     turn.
 //   - At most two transactions of a key are open at once: one running fn,
-//     one whose claim waits. The waiting one holds a database connection,
-//     and a holder stopped inside fn delays it until its transaction ends,
-//     or up to innodb_lock_wait_timeout per attempt, after which the waiting
-//     Do retries like after any lock wait timeout.
+//     one whose claim waits (plus, briefly, the connection of one that
+//     committed and is being released; Options.RelayConns avoids that). The
+//     waiting one holds a database connection, and a holder stopped inside
+//     fn delays it until its transaction ends, or up to
+//     innodb_lock_wait_timeout per attempt, after which the waiting Do
+//     retries like after any lock wait timeout.
 //   - When the connection dies during COMMIT, the next holder's claim, which
 //     was waiting for the row, goes through as soon as the server has ended
 //     the transaction, so the check that settles the outcome more often
