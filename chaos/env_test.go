@@ -85,6 +85,7 @@ func (e *env) open(dsn string) *sqlx.DB {
 
 type lockOpts struct {
 	lease, waiter, recheck time.Duration
+	handOff                bool // guard.Options HandOffAtClaim and RelayConns
 }
 
 var fastLocks = lockOpts{lease: time.Second, waiter: time.Second, recheck: 250 * time.Millisecond}
@@ -111,9 +112,11 @@ func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *cl
 	})
 	e.t.Cleanup(func() { _ = c.locker.Close() })
 	c.g = guard.New(c.locker, db, &guard.Options{
-		MaxAttempts:   2,
-		UnlockTimeout: 2 * time.Second,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxAttempts:    2,
+		UnlockTimeout:  2 * time.Second,
+		HandOffAtClaim: lo.handOff,
+		RelayConns:     lo.handOff,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) {
 			c.mu.Lock()
 			f := c.acquired
@@ -236,6 +239,15 @@ func (e *env) awaitCommit(ctx context.Context, above uint64, within time.Duratio
 func (e *env) ordersOf(opID string) int {
 	var n int
 	if err := e.db.GetContext(context.Background(), &n, `SELECT COUNT(*) FROM orders WHERE op_id = ?`, opID); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// ordersWithToken counts the orders written under one token.
+func (e *env) ordersWithToken(token uint64) int {
+	var n int
+	if err := e.db.GetContext(context.Background(), &n, `SELECT COUNT(*) FROM orders WHERE token = ?`, token); err != nil {
 		e.t.Fatal(err)
 	}
 	return n

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,8 @@ type HolderConfig struct {
 	LeaseTTL      time.Duration // redislock lease
 	WaiterTimeout time.Duration // redislock waiter timeout
 	Recheck       time.Duration // redislock recheck interval
+	// HandOff runs the holder's Guard with HandOffAtClaim and RelayConns.
+	HandOff bool
 }
 
 // Event is one line the holder wrote: a verb and its fields.
@@ -60,7 +63,8 @@ func StartHolder(t testing.TB, bin string, cfg HolderConfig) *Holder {
 	t.Helper()
 	cmd := exec.Command(bin,
 		"-redis", cfg.Redis, "-dsn", cfg.DSN, "-item", cfg.Item, "-prefix", cfg.Prefix,
-		"-lease", cfg.LeaseTTL.String(), "-waiter-timeout", cfg.WaiterTimeout.String(), "-recheck", cfg.Recheck.String())
+		"-lease", cfg.LeaseTTL.String(), "-waiter-timeout", cfg.WaiterTimeout.String(), "-recheck", cfg.Recheck.String(),
+		"-handoff="+strconv.FormatBool(cfg.HandOff))
 	cmd.Stderr = &prefixWriter{t: t}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

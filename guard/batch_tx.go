@@ -66,7 +66,7 @@ func (g *Guard) runBatch(b *batch) {
 	}
 
 	var stop func()
-	r.lctx, stop = g.watch(r.ctx, lk)
+	r.lctx, _, stop = g.watch(r.ctx, lk)
 	r.attempts()
 	stop()
 
@@ -309,7 +309,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	finished = true
 	mstart := time.Now()
-	if cerr := g.commit(ctx, stx, &r.released); cerr != nil {
+	if cerr := g.commit(ctx, stx, &r.released, nil); cerr != nil {
 		retry, err := g.commitFailed(ctx, tx, r.acquired, cerr)
 		r.step(ran, StepCommit, n, mstart, err)
 		if retry {

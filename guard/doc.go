@@ -28,7 +28,9 @@
 //
 // Rules for fn:
 //   - Use the ctx fn receives for every statement. It is cancelled as soon as
-//     the lock is lost or the caller's ctx ends, which stops fn's statements.
+//     the lock is lost or the caller's ctx ends, which stops fn's statements
+//     (with Options.HandOffAtClaim: as soon as the transaction is lost; see
+//     below).
 //   - Return every error of tx's statements. Do rolls back when fn returns an
 //     error and returns that error (wrapped). Never commit or roll back tx
 //     yourself: [Tx.Commit] and [Tx.Rollback] refuse with [ErrTxManaged].
@@ -190,6 +192,68 @@
 // when fn is short and its errors are rare; leave it off when fns are
 // long, when one caller's latency must not include others' work, or when
 // the keys are rarely contended (it then brings nothing).
+//
+// # Handing the lock on at the claim
+//
+// By default the serial path of a hot key is the unlock and its hand-off to
+// the next waiter, then that holder's BEGIN, claim, fn's statements and
+// COMMIT. With Options.HandOffAtClaim, Do passes the Redis lock on as soon
+// as its claim holds the fence row, before fn runs. The fence row's lock,
+// which the transaction keeps until it ends, then keeps the next holder
+// out: that holder's lock grant, BEGIN and claim run while fn and COMMIT
+// do, its claim returns the moment this transaction commits or rolls back,
+// and it reads what this one wrote. The serial path shrinks to the
+// database's own: claim, fn's statements, COMMIT. fn still never runs
+// concurrently with another fn of the key while both transactions are
+// alive, since the next fn starts only after its claim.
+//
+// What changes:
+//   - fn's ctx ends when the transaction is lost (a deadlock, a lock wait
+//     timeout, a lost connection, a statement that ended it), instead of
+//     when the lock's lease is: the transaction's end lets the next holder
+//     in at once, while the lease, already given up, no longer matters.
+//     Keep side effects outside the database out of fn, as always: a
+//     transaction the server ends under a running fn lets the next holder's
+//     fn start before this one has returned, and this one's statements are
+//     then refused.
+//   - A retry of an attempt that failed after the hand-off takes a new turn
+//     in the queue, behind the callers that arrived meanwhile, and a new
+//     token: the next holder may already have claimed the row with a newer
+//     one. Hooks.OnAcquired and the StepLock of Hooks.OnStep come once per
+//     turn.
+//   - At most two transactions of a key are open at once: one running fn,
+//     one whose claim waits (plus, briefly, the connection of one that
+//     committed and is being released; Options.RelayConns avoids that). The
+//     waiting one holds a database connection, and a holder stopped inside
+//     fn delays it until its transaction ends, or up to
+//     innodb_lock_wait_timeout per attempt, after which the waiting Do
+//     retries like after any lock wait timeout.
+//   - When the connection dies during COMMIT, the next holder's claim, which
+//     was waiting for the row, goes through as soon as the server has ended
+//     the transaction, so the check that settles the outcome more often
+//     finds a newer token and returns [ErrOutcomeUnknown] rather than nil or
+//     [ErrNotCommitted].
+//
+// It does not apply to batches (Options.MaxBatch) nor in database mode.
+//
+// # Relaying transactions between a key's callers
+//
+// A holder that begins its transaction on the pool queues for a connection
+// behind every other caller doing so; beside busy cold keys, that wait can
+// dominate a hot key's serial path. With Options.RelayConns, a Do that
+// commits while another Do on the same key is under way in this process
+// commits with COMMIT AND CHAIN, which begins a new transaction in the same
+// round trip, and hands that open transaction to the next caller of the
+// key here, which sends its claim at once: no BEGIN, no wait for the pool,
+// and no release of the finished transaction on the path. A chained
+// transaction has read nothing, so its snapshot, like that of a fresh one,
+// is taken after the claim. A caller that finds none waiting for it takes
+// whichever comes first, a relayed one or the pool's, and one nobody takes
+// within 50ms is rolled back, which returns its connection to the pool.
+// A hot key then keeps about two connections out of the pool while it has
+// callers, and a cold key none. Combined with Options.HandOffAtClaim, the
+// hot key's throughput beside busy cold keys comes close to that of the
+// hot key alone (see bench/README.md). It does not apply to batches.
 //
 // # Namespaces
 //

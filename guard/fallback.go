@@ -325,5 +325,6 @@ func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, 
 			<-released
 		}
 	}()
-	return g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, time.Now(), fn, &released, tr)
+	_, err = g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, time.Now(), fn, &released, tr)
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -27,6 +28,7 @@ type Guard struct {
 	dbCheck dbCheck
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
+	relays  relays    // connections passed between callers of a key (Options.RelayConns)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -105,7 +107,9 @@ func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 // database connection that does not answer. Do returns by the time ctx ends
 // even when Redis or MySQL does not answer (when ctx ends during COMMIT,
 // after settling the outcome for at most about a second more). The ctx fn receives additionally ends as
-// soon as the lock is lost; pass it to every statement. When the lock is lost
+// soon as the lock is lost (with Options.HandOffAtClaim, which gives the
+// lock up at the claim: as soon as the transaction is lost); pass it to
+// every statement. When the lock is lost
 // after fn returned nil, Do still commits (see the package documentation for
 // why that is safe).
 //
@@ -114,7 +118,9 @@ func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 // error or nil), or the connection is lost before COMMIT, Do rolls back and
 // retries the whole transaction under the same lock and token, claiming the
 // fence row again, with jittered exponential backoff, up to
-// Options.MaxAttempts attempts while ctx lasts. Errors of fn's own making are
+// Options.MaxAttempts attempts while ctx lasts (with Options.HandOffAtClaim,
+// an attempt that failed after the lock was handed on retries under a new
+// turn of the lock and a new token). Errors of fn's own making are
 // returned as they are, never retried.
 //
 // fn must not end the transaction: see [Tx] and [ErrImplicitCommit].
@@ -167,6 +173,10 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	if g.opt.MaxBatch > 1 {
 		err = g.batched(ctx, key, fn, tr)
 	} else {
+		if g.opt.RelayConns {
+			g.relays.enter(key)
+			defer g.leaveRelay(key)
+		}
 		err = g.run(ctx, key, fn, tr)
 	}
 	tr.done(err)
@@ -192,34 +202,10 @@ func (g *Guard) checkKey(key string) error {
 	return nil
 }
 
-// run holds the lock of key for the attempts of one Do.
-func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) (err error) {
-	log := g.opt.Logger
-	start := time.Now()
-	// Lock returns by the time ctx ends even when Redis does not answer, and
-	// passes on a grant that raced with the end of ctx.
-	var lk *redislock.Lock
-	if g.fb != nil {
-		lk, err = g.fb.lock(ctx, key)
-		if err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
-			g.opt.Logger.DebugContext(ctx, "guard: Redis unavailable for this call", "key", key, "err", err)
-			return g.runDB(ctx, key, fn, tr)
-		}
-	} else {
-		lk, err = g.locker.Lock(ctx, key)
-	}
-	if err != nil {
-		err = fmt.Errorf("guard: lock %q: %w", key, err)
-		tr.step(StepLock, 0, 0, start, err)
-		return err
-	}
-	tr.step(StepLock, lk.Token(), 0, start, nil)
-	acquired := time.Now()
-	token := lk.Token()
-	log.DebugContext(ctx, "guard: lock acquired", "key", key, "token", token, "wait", acquired.Sub(start))
-	if h := g.opt.Hooks.OnAcquired; h != nil {
-		h(key, token, acquired.Sub(start))
-	}
+// run holds the lock of key for the attempts of one Do. Usually one turn of
+// the lock serves them all; with Options.HandOffAtClaim, an attempt that
+// fails after its turn was passed on takes a new turn for the next one.
+func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
 	// A committed transaction's connection is released while the lock is
 	// released (see commit); Do returns after both.
 	var released chan struct{}
@@ -228,13 +214,72 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 			<-released
 		}
 	}()
+	for first := 1; ; {
+		start := time.Now()
+		// Lock returns by the time ctx ends even when Redis does not answer,
+		// and passes on a grant that raced with the end of ctx.
+		var lk *redislock.Lock
+		var err error
+		if g.fb != nil {
+			lk, err = g.fb.lock(ctx, key)
+			if err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
+				g.opt.Logger.DebugContext(ctx, "guard: Redis unavailable for this call", "key", key, "err", err)
+				return g.runDB(ctx, key, fn, tr)
+			}
+		} else {
+			lk, err = g.locker.Lock(ctx, key)
+		}
+		if err != nil {
+			err = fmt.Errorf("guard: lock %q: %w", key, err)
+			tr.step(StepLock, 0, 0, start, err)
+			return err
+		}
+		again, err := g.hold(ctx, key, lk, start, first, fn, &released, tr)
+		if again == 0 {
+			return err
+		}
+		if serr := sleep(ctx, backoff(again-1, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
+			return errors.Join(err, serr)
+		}
+		first = again
+	}
+}
+
+// hold runs attempts from number first under one turn of the lock lk,
+// granted after waiting since start, and unlocks. again is the number of the
+// next attempt when one must run under a new turn (the lock was handed on at
+// the claim, see handOff), 0 when the Do is over.
+func (g *Guard) hold(ctx context.Context, key string, lk *redislock.Lock, start time.Time, first int,
+	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
+	log := g.opt.Logger
+	tr.step(StepLock, lk.Token(), 0, start, nil)
+	acquired := time.Now()
+	token := lk.Token()
+	log.DebugContext(ctx, "guard: lock acquired", "key", key, "token", token, "wait", acquired.Sub(start))
+	if h := g.opt.Hooks.OnAcquired; h != nil {
+		h(key, token, acquired.Sub(start))
+	}
+	lctx, detach, stop := g.watch(ctx, lk)
+	var ho *handOff
+	if g.opt.HandOffAtClaim {
+		ho = newHandOff(g, lk, detach)
+	}
 	defer func() {
+		stop()
 		ustart := tr.now()
-		uerr := g.unlock(ctx, lk)
+		var uerr error
+		if ho.handed() {
+			uerr = ho.wait()
+			ustart = ho.start
+		} else {
+			uerr = g.unlock(ctx, lk)
+		}
 		tr.step(StepUnlock, token, 0, ustart, uerr)
 		if uerr != nil {
 			if err != nil {
-				err = errors.Join(err, uerr)
+				// No new turn after a failed unlock: the lock would only
+				// come back when its lease expires.
+				again, err = 0, errors.Join(err, uerr)
 			} else {
 				// Committed (or panicking): reporting the failed unlock as
 				// Do's error would invite a retry that applies the work
@@ -243,52 +288,62 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 			}
 		}
 	}()
-
-	lctx, stop := g.watch(ctx, lk)
-	defer stop()
-	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner()}, acquired, fn, &released, tr)
+	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner(), handOff: ho}, first, acquired, fn, released, tr)
 }
 
 // holding is what a Do holds the key with: the lock's token and owner, or,
 // in database mode, no token (each attempt's claim mints one).
 type holding struct {
-	key   string
-	token uint64
-	owner string
+	key     string
+	token   uint64
+	owner   string
+	handOff *handOff // nil unless the lock is passed on at the claim
 }
 
-// attempts runs the transaction until it commits, fails for good, or the
-// retries are exhausted.
-func (g *Guard) attempts(ctx, lctx context.Context, h holding, acquired time.Time,
-	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) error {
-	for attempt := 1; ; attempt++ {
+// attempts runs the transaction, from attempt number first, until it
+// commits, fails for good, or the retries are exhausted. again is the number
+// of the next attempt when it must run under a new turn of the lock, because
+// this turn was handed on at the claim; 0 otherwise.
+func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
+	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
+	for attempt := first; ; attempt++ {
 		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
 		if err == nil || !retry {
-			return err
+			return 0, err
 		}
 		if attempt >= g.opt.MaxAttempts {
-			return fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, attempt, err)
+			return 0, fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, attempt, err)
 		}
 		g.opt.Logger.WarnContext(ctx, "guard: retrying transaction", "key", h.key, "token", h.token, "attempt", attempt, "err", err)
 		if hook := g.opt.Hooks.OnRetry; hook != nil {
 			hook(h.key, attempt, err)
 		}
+		if h.handOff.handed() {
+			// The lock is on its way to the next holder, whose claim may
+			// already have taken the fence row: the same token would now be
+			// fenced, and no lock would keep fn apart from the next holder's.
+			// The next attempt waits for a new turn and token.
+			return attempt + 1, err
+		}
 		if serr := sleep(lctx, backoff(attempt, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			return errors.Join(err, g.lostOr(lctx, serr))
+			return 0, errors.Join(err, g.lostOr(lctx, serr))
 		}
 	}
 }
 
 // watch returns the ctx for fn: ctx, also cancelled as soon as lk is lost.
-// stop ends the watch and returns once the OnLost hook, if it fired, has
-// returned.
-func (g *Guard) watch(ctx context.Context, lk *redislock.Lock) (context.Context, func()) {
+// detach ends the watch and leaves lctx alone, for a lock handed on at the
+// claim; stop ends it and cancels lctx. Both return once the OnLost hook,
+// if it fired, has returned.
+func (g *Guard) watch(ctx context.Context, lk *redislock.Lock) (lctx context.Context, detach, stop func()) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
+	detached := make(chan struct{})
 	go func() {
 		defer close(done)
 		select {
 		case <-lctx.Done():
+		case <-detached:
 		case <-lk.Done():
 			cause := lk.Err()
 			if cause == nil {
@@ -301,7 +356,12 @@ func (g *Guard) watch(ctx context.Context, lk *redislock.Lock) (context.Context,
 			}
 		}
 	}()
-	return lctx, func() {
+	var once sync.Once
+	detach = func() {
+		once.Do(func() { close(detached) })
+		<-done
+	}
+	return lctx, detach, func() {
 		cancel(context.Canceled)
 		<-done
 	}
@@ -353,7 +413,21 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
-	stx, err := g.db.BeginTxx(ctx, g.opt.TxOptions)
+	var stx *sqlx.Tx
+	var lg *leg // with Options.RelayConns: the transaction may be passed on chained
+	kept := false
+	if g.opt.RelayConns {
+		if lg, err = g.takeLeg(ctx, key); err == nil {
+			stx = lg.tx
+			defer func() {
+				if !kept {
+					lg.end()
+				}
+			}()
+		}
+	} else {
+		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
+	}
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
@@ -385,9 +459,27 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	claimed = true
 	tr.step(StepClaim, token, n, cstart, nil)
 
-	sctx := withScope(lctx, &scope{g: g, key: key, tx: tx})
+	fctx := lctx
+	if h.handOff != nil {
+		// From here the fence row's lock keeps the next holder out, so the
+		// Redis lock goes to it now. What ends fn's right to run is then no
+		// longer a lost lease but the end of this transaction (a deadlock,
+		// a lost connection, a statement that ended it): the next holder's
+		// claim goes through at once, so fn's ctx ends with it.
+		h.handOff.release(ctx)
+		c, cancel := context.WithCancelCause(lctx)
+		defer cancel(nil)
+		tx.onFail = cancel
+		fctx = c
+	}
+	sctx := withScope(fctx, &scope{g: g, key: key, tx: tx})
 	fstart := tr.now()
 	ferr := fn(sctx, tx)
+	if f := tx.failure(); f != nil && ferr != nil && fctx != lctx &&
+		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.err && ctx.Err() == nil {
+		// fn stopped because its ctx ended with the transaction.
+		ferr = f.err
+	}
 	if tr != nil {
 		serr := ferr
 		if f := tx.failure(); f != nil && serr == nil {
@@ -431,7 +523,32 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	finished = true
 	mstart := tr.now()
-	if err := g.commit(ctx, stx, released); err != nil {
+	var cerr error
+	switch {
+	case lg != nil && g.reserve(key):
+		// Another caller of the key is under way here: commit and begin its
+		// transaction in one round trip, and pass that on.
+		if _, cerr = stx.ExecContext(ctx, "COMMIT AND CHAIN"); cerr != nil {
+			_ = stx.Rollback() // the connection is closed: nothing is sent
+			g.unreserve(key)
+			break
+		}
+		kept = true
+		if lg.unbind() {
+			g.passOn(key, lg, true)
+		} else {
+			lg.cancel() // ctx ended: database/sql rolls the new transaction back
+			g.unreserve(key)
+		}
+	case lg != nil:
+		kept = true
+		if cerr = g.commit(ctx, stx, released, lg.end); cerr != nil {
+			lg.end()
+		}
+	default:
+		cerr = g.commit(ctx, stx, released, nil)
+	}
+	if err := cerr; err != nil {
 		retry, err := g.commitFailed(ctx, tx, acquired, err)
 		tr.step(StepCommit, token, n, mstart, err)
 		return retry, err
@@ -447,10 +564,17 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 // the connection and the outcome is settled from the fence row. After a
 // successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
 // finds no transaction; that runs on a goroutine which closes *released, so
-// that Do can unlock meanwhile.
-func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}) error {
+// that Do can unlock meanwhile. After a successful COMMIT, then (when not
+// nil) runs once the sql.Tx is released.
+func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
 	if ctx.Done() == nil {
-		return stx.Commit()
+		if err := stx.Commit(); err != nil {
+			return err
+		}
+		if then != nil {
+			then()
+		}
+		return nil
 	}
 	if _, err := stx.ExecContext(ctx, "COMMIT"); err != nil {
 		_ = stx.Rollback() // the connection is closed: nothing is sent
@@ -461,6 +585,9 @@ func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{
 	go func() {
 		defer close(done)
 		_ = stx.Rollback()
+		if then != nil {
+			then()
+		}
 	}()
 	return nil
 }

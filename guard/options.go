@@ -160,6 +160,35 @@ type Options struct {
 	// default: 0 (every Do runs its own transaction)
 	MaxBatch int
 
+	// HandOffAtClaim passes the Redis lock on to the key's next waiter as
+	// soon as the attempt's claim holds the fence row, before fn runs,
+	// instead of after COMMIT. The fence row's lock, which the transaction
+	// keeps until it ends, then keeps the next holder out: its BEGIN and
+	// claim run while fn and COMMIT do, and its claim returns the moment
+	// this transaction ends. The serial path of a hot key shrinks to the
+	// database's own: claim, fn's statements, COMMIT. See "Handing the lock
+	// on at the claim" in the package documentation for what changes: fn's
+	// ctx ends when the transaction is lost rather than when the lease is,
+	// a retry takes a new turn and token, at most two transactions of a key
+	// (one running, one waiting for the row) hold connections, and a
+	// holder stopped inside fn delays the next one up to
+	// innodb_lock_wait_timeout per attempt. It does not apply to batches
+	// (MaxBatch) or in database mode (Fallback).
+	// default: false (the lock is held until the transaction has ended)
+	HandOffAtClaim bool
+
+	// RelayConns hands a committing Do's connection, with a new transaction
+	// already open on it (COMMIT AND CHAIN), to the next Do on the same key
+	// in this process, instead of returning it to the pool: that Do sends
+	// its claim at once, without a BEGIN and without queueing for the pool
+	// behind the callers of other keys. A Do with no other caller of its
+	// key here uses the pool as usual; a relayed transaction nobody takes
+	// within 50ms is rolled back and its connection returned. See "Relaying
+	// transactions between a key's callers" in the package documentation.
+	// It does not apply to batches (MaxBatch).
+	// default: false (every transaction begins on the pool)
+	RelayConns bool
+
 	// Logger receives debug records of each step and warnings for lost
 	// locks, fenced tokens, retries and failed unlocks.
 	// default: a logger that discards everything

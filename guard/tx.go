@@ -53,6 +53,10 @@ type Tx struct {
 	// a retryable error of its own connection, or a statement that ended
 	// it. Later statements are refused with it, and Do does not commit.
 	failed atomic.Pointer[txFailure]
+	// onFail, when set (the lock was handed on at the claim), is told the
+	// first failure: the transaction, and with it the fence row's lock, is
+	// gone.
+	onFail func(error)
 
 	// check guards the savepoint that opaque statements run under.
 	check struct {
@@ -100,7 +104,9 @@ func (t *Tx) Rollback() error { return ErrTxManaged }
 // fail records the failure that makes the transaction unusable; the first
 // one wins.
 func (t *Tx) fail(err error, retry bool) {
-	t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry})
+	if t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry}) && t.onFail != nil {
+		t.onFail(err)
+	}
 }
 
 // failure returns the recorded failure, or nil.

@@ -58,17 +58,20 @@ func (s *setup) variants() []variant {
 		}
 		return tx.Commit()
 	}
-	do := func(ctx context.Context, row int) error {
-		key := "hot"
-		if row > 0 {
-			key = "cold:" + strconv.Itoa(row)
+	through := func(g *guard.Guard) func(ctx context.Context, row int) error {
+		return func(ctx context.Context, row int) error {
+			key := "hot"
+			if row > 0 {
+				key = "cold:" + strconv.Itoa(row)
+			}
+			return g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
+				return readModifyWrite(ctx, tx.Tx, row, "")
+			})
 		}
-		return s.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
-			return readModifyWrite(ctx, tx.Tx, row, "")
-		})
 	}
 	vs := []variant{{"sql", "FOR UPDATE", forUpdate}}
-	for _, v := range []variant{{"do", "guard.Do", do}} {
+	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"handoff", "Do handoff", through(s.gHandOff)},
+		{"relay", "Do relay", through(s.gRelay)}, {"both", "Do both", through(s.gBoth)}} {
 		if s.cfg.variants == "" || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
 			vs = append(vs, v)
 		}
@@ -121,7 +124,7 @@ func (s *setup) contended(ctx context.Context, c contention) error {
 	results := make([]result, len(variants))
 	for round := range cfg.rounds {
 		for i, v := range variants {
-			prof := profile && v.short == "do" && round == cfg.rounds-1
+			prof := profile && v.short == cfg.profileVariant && round == cfg.rounds-1
 			if prof {
 				if err := pprof.StartCPUProfile(s.cfg.profile); err != nil {
 					return err
@@ -283,17 +286,21 @@ func (s *setup) report(c contention, variants []variant, results []result) {
 	if len(variants) < 2 {
 		return
 	}
-	m, d := &results[0], &results[1]
-	var parts []string
-	for _, cl := range classes {
-		parts = append(parts, fmt.Sprintf("%s %.2fx", cl, d.rps(cl)/m.rps(cl)))
+	m := &results[0]
+	for i := 1; i < len(variants); i++ {
+		d := &results[i]
+		var parts []string
+		for _, cl := range classes {
+			parts = append(parts, fmt.Sprintf("%s %.2fx", cl, d.rps(cl)/m.rps(cl)))
+		}
+		if len(classes) > 1 {
+			parts = append(parts, fmt.Sprintf("total %.2fx", d.totalRPS()/m.totalRPS()))
+		}
+		p99 := ""
+		if c.hot > 0 {
+			p99 = fmt.Sprintf("; hot p99 %.2fx", ratio(pct(d.cls[hot].lat, 99), pct(m.cls[hot].lat, 99)))
+		}
+		fmt.Printf("summary %s, %s / SELECT ... FOR UPDATE: throughput %s%s\n", c.mode, variants[i].name, strings.Join(parts, ", "), p99)
 	}
-	if len(classes) > 1 {
-		parts = append(parts, fmt.Sprintf("total %.2fx", d.totalRPS()/m.totalRPS()))
-	}
-	p99 := ""
-	if c.hot > 0 {
-		p99 = fmt.Sprintf("; hot p99 %.2fx", ratio(pct(d.cls[hot].lat, 99), pct(m.cls[hot].lat, 99)))
-	}
-	fmt.Printf("summary %s, guard.Do / SELECT ... FOR UPDATE: throughput %s%s\n\n", c.mode, strings.Join(parts, ", "), p99)
+	fmt.Println()
 }

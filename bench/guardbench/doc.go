@@ -16,13 +16,18 @@
 //     -op-timeout (default 30s here), so COMMIT is bound to it as in a
 //     service.
 //
+// guard.Do runs through four Guards on the same Locker and pool: the
+// defaults (do), Options.HandOffAtClaim (handoff), Options.RelayConns
+// (relay) and both (both); -hot picks some of them. The uncontended mode
+// runs the defaults and both.
+//
 // For hot and mixed, per variant: throughput of the hot and the cold
 // callers and in all, latency p50/p99/max, the most DB connections in use at
 // once and the most inside a transaction of the hot key's callers and of the
 // cold ones (queued Do callers hold none), Redis and MySQL round trips per
 // operation, and CPU time per operation of this process, the database server
 // and the Redis server, with the share of the machine left idle; then one
-// summary line of ratios, guard.Do over SELECT ... FOR UPDATE. The variants
+// summary line of ratios per guard.Do variant, over SELECT ... FOR UPDATE. The variants
 // alternate, -rounds runs of -d each, after a short unmeasured warm-up.
 //
 // -rtt D models servers on other hosts: every request written on every Redis
@@ -34,8 +39,8 @@
 //	go run ./bench/guardbench [-redis 127.0.0.1:6379] [-mysql 'root@tcp(127.0.0.1:3306)/']
 //	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
 //	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
-//	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do]
-//	    [-maxbatch 0] [-cpuprofile file]
+//	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,handoff,relay,both]
+//	    [-maxbatch 0] [-cpuprofile file] [-cpuprofile-variant do]
 //
 // -maxbatch sets guard.Options.MaxBatch of the Guard under test (0: off).
 //

@@ -37,6 +37,7 @@ type config struct {
 	interpolate    bool
 	variants       string   // -hot: variants besides SELECT ... FOR UPDATE
 	profile        *os.File // CPU profile of one guard.Do run, or nil
+	profileVariant string   // the variant profiled
 	opTimeout      time.Duration
 	opTimeoutSet   bool
 	maxBatch       int // guard.Options.MaxBatch of the Guard under test
@@ -66,7 +67,8 @@ func main() {
 	flag.IntVar(&c.maxBatch, "maxbatch", 0, "guard.Options.MaxBatch of the Guard under test (0: off)")
 	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
-	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (default: all)")
+	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do, handoff (guard.Do with HandOffAtClaim), relay (with RelayConns), both (default: all)")
+	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, handoff, relay or both")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
 	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "give every operation a ctx with this timeout, as services do (default: none in the uncontended and hot modes, whose COMMIT then cannot be cut short; 30s in the mixed mode)")
 	flag.Parse()
@@ -138,6 +140,9 @@ type setup struct {
 	admin        *sql.DB // undelayed, unmetered: setup and checks
 	locker       *redislock.Locker
 	g            *guard.Guard
+	gHandOff     *guard.Guard // g with Options.HandOffAtClaim
+	gRelay       *guard.Guard // g with Options.RelayConns
+	gBoth        *guard.Guard // g with both
 	servers      servers
 	redis, mysql *meter
 	tally        *txTally
@@ -206,6 +211,9 @@ func run(c config) error {
 	s.locker = redislock.New(s.rdb, &redislock.Options{Prefix: s.prefix})
 	defer s.locker.Close()
 	s.g = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch})
+	s.gHandOff = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOffAtClaim: true})
+	s.gRelay = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, RelayConns: true})
+	s.gBoth = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOffAtClaim: true, RelayConns: true})
 
 	s.servers = findServers(mcfg.Addr, c.redisAddr)
 	if err := s.printServers(ctx, mcfg.Addr, name); err != nil {

@@ -25,13 +25,15 @@ func bare(ctx context.Context, db *sqlx.DB) error {
 // uncontended compares Do with one UPDATE against the bare transaction, one
 // operation at a time.
 func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) error {
-	do := func() error {
-		return bounded(ctx, opTimeout, func(ctx context.Context) error {
-			return s.g.Do(ctx, "uncontended", func(ctx context.Context, tx *guard.Tx) error {
-				_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2)
-				return err
+	through := func(g *guard.Guard) func() error {
+		return func() error {
+			return bounded(ctx, opTimeout, func(ctx context.Context) error {
+				return g.Do(ctx, "uncontended", func(ctx context.Context, tx *guard.Tx) error {
+					_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 2)
+					return err
+				})
 			})
-		})
+		}
 	}
 	variants := []struct {
 		name string
@@ -41,7 +43,7 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		mRT  int64
 	}{{name: "bare tx", op: func() error {
 		return bounded(ctx, opTimeout, func(ctx context.Context) error { return bare(ctx, s.db) })
-	}}, {name: "guard.Do", op: do}}
+	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do both", op: through(s.gBoth)}}
 	for i := range variants { // warm up: pools, script cache
 		for range 50 {
 			if err := variants[i].op(); err != nil {
@@ -71,10 +73,13 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		fmt.Printf("  %-9s p50 %8v  mean %8v  Redis RT/op %.2f  MySQL RT/op %.2f\n",
 			v.name, short(pct(v.lat, 50)), short(mean(v.lat)), float64(v.rRT)/ops, float64(v.mRT)/ops)
 	}
-	b, d := variants[0], variants[1]
-	fmt.Printf("  Do / bare: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n\n",
-		ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
-		ratio(mean(d.lat), mean(b.lat)), short(mean(d.lat)-mean(b.lat)),
-		float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
+	b := variants[0]
+	for _, d := range variants[1:] {
+		fmt.Printf("  %s / bare: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n",
+			d.name, ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
+			ratio(mean(d.lat), mean(b.lat)), short(mean(d.lat)-mean(b.lat)),
+			float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
+	}
+	fmt.Println()
 	return nil
 }

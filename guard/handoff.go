@@ -1,0 +1,58 @@
+package guard
+
+import (
+	"context"
+	"time"
+
+	"github.com/redfence/redfence/redislock"
+)
+
+// handOff passes a Do's Redis lock on to the next waiter as soon as the
+// attempt's claim holds the key's fence row (Options.HandOffAtClaim). From
+// then on the row lock, which the transaction keeps until it ends, is what
+// keeps the next holder out: its claim waits for this COMMIT or ROLLBACK.
+// The next holder's lock hand-off, BEGIN and claim so overlap with this
+// holder's fn and COMMIT instead of following them.
+//
+// The unlock runs on a goroutine that Do waits for before it returns, so
+// that its round trip overlaps fn's statements as well.
+type handOff struct {
+	g      *Guard
+	lk     *redislock.Lock
+	detach func() // stops watching the lock; fn's ctx is left alone
+
+	started    bool // release was called
+	done       chan struct{}
+	start, end time.Time
+	err        error
+}
+
+func newHandOff(g *Guard, lk *redislock.Lock, detach func()) *handOff {
+	return &handOff{g: g, lk: lk, detach: detach, done: make(chan struct{})}
+}
+
+// release stops the lock-loss watch and starts the unlock. A loss of the
+// lease after this point means nothing: the lock is being given up, and the
+// claim already holds the row.
+func (h *handOff) release(ctx context.Context) {
+	if h == nil || h.started {
+		return
+	}
+	h.started = true
+	h.detach()
+	h.start = time.Now()
+	go func() {
+		defer close(h.done)
+		h.err = h.g.unlock(ctx, h.lk)
+		h.end = time.Now()
+	}()
+}
+
+// handed reports whether release was called.
+func (h *handOff) handed() bool { return h != nil && h.started }
+
+// wait returns the unlock's outcome once it has returned.
+func (h *handOff) wait() error {
+	<-h.done
+	return h.err
+}

@@ -1,0 +1,296 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/guard"
+)
+
+// interval is when one fn ran.
+type interval struct{ start, end time.Time }
+
+// With the lock handed on at the claim, and with transactions relayed
+// between a key's callers, fn still never runs concurrently for one key and
+// no update is lost: the fence row's lock keeps the next holder's claim
+// waiting until the previous transaction has ended. The hand-offs must
+// really be early: some holders are granted the lock while an fn runs.
+func TestHandOffFnNeverOverlaps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  guard.Options
+	}{
+		{"handoff", guard.Options{HandOffAtClaim: true}},
+		{"relay", guard.Options{RelayConns: true}},
+		{"handoff+relay", guard.Options{HandOffAtClaim: true, RelayConns: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inFn, grantedInFn atomic.Int64
+			opt := tc.opt
+			opt.Hooks.OnAcquired = func(string, uint64, time.Duration) {
+				if inFn.Load() > 0 {
+					grantedInFn.Add(1)
+				}
+			}
+			var chained atomic.Int64
+			e := newEnv(t, envConfig{guard: &opt, dial: func(c netConn) netConn { return &chainCounter{netConn: c, n: &chained} }})
+			e.db.SetMaxOpenConns(8)
+			const callers, each = 12, 8
+			var (
+				mu        sync.Mutex
+				intervals []interval
+				overlaps  atomic.Int64
+				wg        sync.WaitGroup
+				errs      = make(chan error, callers*each)
+			)
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						errs <- e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+							if inFn.Add(1) != 1 {
+								overlaps.Add(1)
+							}
+							start := time.Now()
+							err := increment(ctx, tx, 1)
+							end := time.Now()
+							inFn.Add(-1)
+							mu.Lock()
+							intervals = append(intervals, interval{start, end})
+							mu.Unlock()
+							return err
+						})
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				must(t, err)
+			}
+			if n := overlaps.Load(); n != 0 {
+				t.Fatalf("%d fn calls started while another fn of the key ran", n)
+			}
+			sort.Slice(intervals, func(i, j int) bool { return intervals[i].start.Before(intervals[j].start) })
+			for i := 1; i < len(intervals); i++ {
+				if intervals[i].start.Before(intervals[i-1].end) {
+					t.Fatalf("fn intervals %d and %d overlap: %v", i-1, i, intervals[i-1:i+1])
+				}
+			}
+			if n := e.counter(1); n != callers*each {
+				t.Fatalf("counter = %d after %d increments: updates were lost", n, callers*each)
+			}
+			if tc.opt.HandOffAtClaim && grantedInFn.Load() == 0 {
+				t.Fatal("no lock was granted while an fn ran: the hand-off did not happen at the claim")
+			}
+			if !tc.opt.HandOffAtClaim && grantedInFn.Load() != 0 {
+				t.Fatalf("%d locks granted while an fn ran, without HandOffAtClaim", grantedInFn.Load())
+			}
+			if tc.opt.RelayConns != (chained.Load() > 0) {
+				t.Fatalf("%d transactions chained to the next caller, with RelayConns %v", chained.Load(), tc.opt.RelayConns)
+			}
+			if n := e.db.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections still in use after every Do returned", n)
+			}
+			e.assertFree("k")
+		})
+	}
+}
+
+// chainCounter counts the COMMIT AND CHAIN statements written on a MySQL
+// connection.
+type chainCounter struct {
+	netConn
+	n *atomic.Int64
+}
+
+func (c *chainCounter) Write(p []byte) (int, error) {
+	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
+	if len(p) >= 5 && p[4] == 3 && string(p[5:]) == "COMMIT AND CHAIN" {
+		c.n.Add(1)
+	}
+	return c.netConn.Write(p)
+}
+
+// A holder paused inside fn after handing the lock on keeps the next holder
+// out: the next holder gets the lock, but its claim waits for the paused
+// transaction, and its fn runs only after that commits, reading its write.
+// The paused holder's lock is gone, yet its fn's ctx stays alive and it
+// commits.
+func TestHandOffPausedHolder(t *testing.T) {
+	granted := make(chan uint64, 4)
+	var lost atomic.Int64
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, Hooks: guard.Hooks{
+		OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token },
+		OnLost:     func(string, uint64) { lost.Add(1) },
+	}}})
+	ctx := context.Background()
+	inside, resume := make(chan uint64), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		first <- e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			inside <- tx.Token()
+			<-resume
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("fn's ctx ended after the hand-off: %w", context.Cause(ctx))
+			}
+			return increment(ctx, tx, 1)
+		})
+	}()
+	firstToken := <-inside
+	if tok := <-granted; tok != firstToken {
+		t.Fatalf("first grant %d, fn saw token %d", tok, firstToken)
+	}
+
+	var secondRan atomic.Bool
+	second := make(chan error, 1)
+	var secondSaw int
+	go func() {
+		second <- e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			secondRan.Store(true)
+			if tx.Token() <= firstToken {
+				return fmt.Errorf("second token %d not above the first's %d", tx.Token(), firstToken)
+			}
+			return tx.GetContext(ctx, &secondSaw, "SELECT n FROM counters WHERE id = 1")
+		})
+	}()
+	// The second caller gets the lock while the first is paused in fn...
+	if tok := <-granted; tok <= firstToken {
+		t.Fatalf("second grant %d, want above %d", tok, firstToken)
+	}
+	// ...and its claim waits for the first transaction's fence row.
+	waitFor(t, "the second holder's claim to wait for the fence row", func() bool {
+		return e.running("INSERT INTO "+fence.Table) == 1
+	})
+	if secondRan.Load() || len(second) != 0 {
+		t.Fatal("the second holder's fn ran while the first holder's transaction was open")
+	}
+	close(resume)
+	must(t, <-first)
+	must(t, <-second)
+	if secondSaw != 1 {
+		t.Fatalf("second fn read %d, want 1 (the first holder's committed write)", secondSaw)
+	}
+	if n := lost.Load(); n != 0 {
+		t.Fatalf("OnLost called %d times: a lock handed on is not lost", n)
+	}
+	e.assertFree("k")
+}
+
+// An attempt that fails after its lock was handed on takes a new turn: the
+// next holder, whose claim was waiting for the row, runs first; the retry
+// then claims with a new, higher token instead of being fenced, and fn's ctx
+// ended as soon as the transaction was lost.
+func TestHandOffRetryTakesNewTurn(t *testing.T) {
+	granted := make(chan uint64, 8)
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, BackoffMin: time.Millisecond,
+		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token }}}})
+	ctx := context.Background()
+	var tokens []uint64
+	var ctxEnded error
+	secondToken := make(chan uint64, 1)
+	second := make(chan error, 1)
+	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		tokens = append(tokens, tx.Token())
+		if tx.Attempt() > 1 {
+			return increment(ctx, tx, 1)
+		}
+		<-granted // this attempt's own grant
+		go func() {
+			second <- e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+				secondToken <- tx.Token()
+				return increment(ctx, tx, 1)
+			})
+		}()
+		<-granted // the second caller's: the lock was handed on
+		waitFor(t, "the second holder's claim to wait for the fence row", func() bool {
+			return e.running("INSERT INTO "+fence.Table) == 1
+		})
+		err := killOwnConnection(ctx, t, e, tx)
+		ctxEnded = ctx.Err()
+		return err
+	})
+	must(t, err)
+	must(t, <-second)
+	st := <-secondToken
+	if len(tokens) != 2 || !(tokens[0] < st && st < tokens[1]) {
+		t.Fatalf("tokens: attempts %v, second caller %d; want attempt 1 < second caller < attempt 2", tokens, st)
+	}
+	if ctxEnded == nil {
+		t.Fatal("fn's ctx did not end when its transaction was lost after the hand-off")
+	}
+	if n := e.counter(1); n != 2 {
+		t.Fatalf("counter = %d, want 2 (the second caller's and attempt 2's)", n)
+	}
+	e.assertFree("k")
+}
+
+// Nested calls, batching and errors of fn keep working with both options.
+func TestHandOffNestingAndBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  guard.Options
+	}{
+		{"nested", guard.Options{HandOffAtClaim: true, RelayConns: true}},
+		{"batched", guard.Options{HandOffAtClaim: true, RelayConns: true, MaxBatch: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := tc.opt
+			e := newEnv(t, envConfig{guard: &opt})
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			errs := make(chan error, 32)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 4 {
+						errs <- e.g.Do(ctx, "a", func(ctx context.Context, tx *guard.Tx) error {
+							if err := increment(ctx, tx, 1); err != nil {
+								return err
+							}
+							// Same key: joins this transaction.
+							if err := e.g.Do(ctx, "a", func(ctx context.Context, tx *guard.Tx) error {
+								return increment(ctx, tx, 1)
+							}); err != nil {
+								return err
+							}
+							// Same key, an error: only the nested work is undone.
+							if err := e.g.Do(ctx, "a", func(ctx context.Context, tx *guard.Tx) error {
+								if err := increment(ctx, tx, 1); err != nil {
+									return err
+								}
+								return errBoom
+							}); !errors.Is(err, errBoom) {
+								return fmt.Errorf("nested call returned %v, want errBoom", err)
+							}
+							// Another key: its own lock and transaction.
+							return e.g.Do(ctx, "b", func(ctx context.Context, tx *guard.Tx) error {
+								return increment(ctx, tx, 2)
+							})
+						})
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				must(t, err)
+			}
+			if a, b := e.counter(1), e.counter(2); a != 64 || b != 32 {
+				t.Fatalf("counters %d, %d; want 64, 32", a, b)
+			}
+			if n := e.db.Stats().InUse; n != 0 {
+				t.Fatalf("%d connections still in use after every Do returned", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,371 @@
+package guard
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// relayPark bounds how long a connection waits, outside the pool, for the
+// next caller of its key. The next holder asks for one about a Redis round
+// trip after the previous holder's COMMIT; a connection nobody takes by then
+// goes back to the pool.
+const relayPark = 50 * time.Millisecond
+
+// relays pass database connections from one caller of a key to the next
+// caller of the same key in this process (Options.RelayConns), so that the
+// holder of a hot key does not queue for a pooled connection behind callers
+// of other keys. A connection is passed on only while another caller of the
+// key is under way here; otherwise it goes back to the pool.
+//
+// A caller that passes its connection on commits with COMMIT AND CHAIN,
+// which starts the next transaction in the same round trip, and passes the
+// open transaction: the next caller's first statement is its claim, with
+// neither a BEGIN of its own nor the previous caller's release of the
+// sql.Tx on its path. The chained transaction has read nothing yet, so its
+// snapshot, like that of a fresh one, is taken after the claim.
+type relays struct {
+	mu   sync.Mutex
+	keys map[string]*relay
+}
+
+// relay is one key's callers in this process and the connection they pass.
+type relay struct {
+	refs     int         // Do calls of the key under way here
+	incoming int         // chained transactions on their way (reserve)
+	waiting  []waiter    // callers waiting for a connection, first first
+	spare    *leg        // a connection left for the next caller
+	expire   *time.Timer // gives spare back to the pool
+	// discards counts expire's calls giving a spare back; the last Do of
+	// the key waits for them.
+	discards sync.WaitGroup
+}
+
+// waiter is a caller of takeLeg waiting for a passed-on transaction. One
+// that does not race the pool (pooled false) relies on one on its way:
+// there are never more of those than relay.incoming.
+type waiter struct {
+	ch     chan *leg // receives the leg, or nil: turn to the pool
+	pooled bool      // also waits for the pool
+}
+
+// next removes and returns the waiter a passed-on leg goes to: the first
+// that relies on one, else the first. relays.mu is held.
+func (r *relay) next() waiter {
+	i := 0
+	for j, w := range r.waiting {
+		if !w.pooled {
+			i = j
+			break
+		}
+	}
+	w := r.waiting[i]
+	r.waiting = append(r.waiting[:i], r.waiting[i+1:]...)
+	return w
+}
+
+// reliant counts the waiters that do not race the pool. relays.mu is held.
+func (r *relay) reliant() int {
+	n := 0
+	for _, w := range r.waiting {
+		if !w.pooled {
+			n++
+		}
+	}
+	return n
+}
+
+// leg is a transaction that may outlive the Do that began it: committed
+// with COMMIT AND CHAIN, it is passed on open to the next caller of its key.
+// It is therefore begun on a ctx of its own, which carries the first
+// caller's values and is cancelled (database/sql then rolls the transaction
+// back and discards its connection, as for a transaction begun on the
+// caller's ctx) when the ctx of the caller using it ends. Its statements
+// are bound to that caller's ctx as usual.
+type leg struct {
+	tx     *sqlx.Tx
+	ctx    context.Context // the transaction's
+	cancel context.CancelFunc
+	unbind func() bool // detaches ctx from the current caller's ctx
+}
+
+func newLeg(ctx context.Context) *leg {
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &leg{ctx: c, cancel: cancel}
+	l.bind(ctx)
+	return l
+}
+
+// bind makes the end of ctx end the transaction.
+func (l *leg) bind(ctx context.Context) { l.unbind = context.AfterFunc(ctx, l.cancel) }
+
+// end frees what binds the leg, once its transaction has ended.
+func (l *leg) end() {
+	l.unbind()
+	l.cancel()
+}
+
+// enter registers a Do on key, from before its lock wait to its end; leave
+// ends it.
+func (rs *relays) enter(key string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.keys == nil {
+		rs.keys = make(map[string]*relay)
+	}
+	r := rs.keys[key]
+	if r == nil {
+		r = &relay{}
+		rs.keys[key] = r
+	}
+	r.refs++
+}
+
+func (g *Guard) leaveRelay(key string) {
+	rs := &g.relays
+	rs.mu.Lock()
+	r := rs.keys[key]
+	r.refs--
+	var spare *leg
+	last := r.refs == 0
+	if last {
+		delete(rs.keys, key)
+		spare = r.takeSpare()
+	}
+	rs.mu.Unlock()
+	if spare != nil {
+		g.giveBack(spare)
+	}
+	if last {
+		r.discards.Wait()
+	}
+}
+
+// giveBack rolls back the transaction of a leg nobody took, which has run
+// no statement since its COMMIT AND CHAIN, and so returns its connection to
+// the pool. The ROLLBACK is bounded by Options.UnlockTimeout.
+func (g *Guard) giveBack(l *leg) {
+	ctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
+	defer cancel()
+	_, _ = l.tx.ExecContext(ctx, "ROLLBACK")
+	_ = l.tx.Rollback() // releases the sql.Tx; nothing is sent on a closed connection
+	l.end()
+}
+
+// takeSpare removes and returns the parked leg, if any. relays.mu is held.
+func (r *relay) takeSpare() *leg {
+	l := r.spare
+	r.spare = nil
+	if r.expire != nil {
+		r.expire.Stop()
+		r.expire = nil
+	}
+	return l
+}
+
+// reserve reports whether a caller of key that is about to commit should
+// chain its transaction and pass it on: another caller of key is under way
+// here and no other passed-on transaction is there or on its way for it.
+// A reservation ends with passOn(key, l, true) or unreserve.
+func (g *Guard) reserve(key string) bool {
+	rs := &g.relays
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r := rs.keys[key]
+	if r == nil || !(len(r.waiting) > r.incoming || (r.refs > 1 && r.spare == nil && r.incoming == 0)) {
+		return false
+	}
+	r.incoming++
+	return true
+}
+
+// unreserve ends a reservation whose transaction will not come (its COMMIT
+// failed); a caller waiting for it turns to the pool.
+func (g *Guard) unreserve(key string) {
+	rs := &g.relays
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r := rs.keys[key]
+	r.incoming--
+	if r.reliant() > r.incoming {
+		r.next().ch <- nil
+	}
+}
+
+// dropWaiter removes ch from r's waiters and passes on a leg that reached
+// it meanwhile.
+func (g *Guard) dropWaiter(key string, r *relay, ch chan *leg) {
+	rs := &g.relays
+	rs.mu.Lock()
+	for i, w := range r.waiting {
+		if w.ch == ch {
+			r.waiting = append(r.waiting[:i], r.waiting[i+1:]...)
+			break
+		}
+	}
+	rs.mu.Unlock()
+	select {
+	case l := <-ch:
+		if l != nil {
+			g.passOn(key, l, false)
+		}
+	default:
+	}
+}
+
+// takeLeg returns an open transaction for an attempt on key: the one a
+// previous caller of key chained, or one begun on the pool. While other
+// callers of key are under way here it takes whichever comes first. ctx
+// bounds the wait and, from then on, the transaction.
+func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
+	rs := &g.relays
+	rs.mu.Lock()
+	r := rs.keys[key]
+	if r == nil { // not registered by Do: nothing to share
+		rs.mu.Unlock()
+		return g.beginLeg(ctx)
+	}
+	if l := r.takeSpare(); l != nil {
+		rs.mu.Unlock()
+		l.bind(ctx)
+		return l, nil
+	}
+	if r.refs <= 1 {
+		rs.mu.Unlock()
+		return g.beginLeg(ctx)
+	}
+	relayed := make(chan *leg, 1)
+	if r.incoming > r.reliant() {
+		r.waiting = append(r.waiting, waiter{ch: relayed})
+		// A caller of key is committing one for this caller: wait for it
+		// rather than take a connection the key would then hold on to.
+		rs.mu.Unlock()
+		select {
+		case l := <-relayed:
+			if l != nil {
+				l.bind(ctx)
+				return l, nil
+			}
+			return g.beginLeg(ctx) // its COMMIT failed
+		case <-ctx.Done():
+			g.dropWaiter(key, r, relayed)
+			return nil, context.Cause(ctx)
+		}
+	}
+	r.waiting = append(r.waiting, waiter{ch: relayed, pooled: true})
+	r.discards.Add(1) // the pool request below, which may outlive this call
+	rs.mu.Unlock()
+
+	type begun struct {
+		l   *leg
+		err error
+	}
+	pool := make(chan begun, 1)
+	pctx, cancel := context.WithCancel(ctx)
+	var abandoned bool // guarded by rs.mu
+	go func() {
+		defer r.discards.Done()
+		l, err := g.beginLeg(pctx)
+		if err == nil && !l.unbind() {
+			// pctx ended as the transaction began: database/sql rolls it back.
+			l, err = nil, context.Cause(pctx)
+		}
+		rs.mu.Lock()
+		late := abandoned
+		rs.mu.Unlock()
+		if !late {
+			pool <- begun{l, err}
+			return
+		}
+		if err == nil {
+			g.passOn(key, l, false) // the caller took a relayed one meanwhile
+		}
+	}()
+	var p begun
+	select {
+	case l := <-relayed:
+		if l == nil { // the one on its way did not come: the pool's, then
+			p = <-pool
+			cancel()
+			break
+		}
+		rs.mu.Lock()
+		abandoned = true
+		rs.mu.Unlock()
+		cancel()
+		select {
+		case p := <-pool: // begun before the request was abandoned
+			if p.err == nil {
+				g.passOn(key, p.l, false)
+			}
+		default:
+		}
+		l.bind(ctx)
+		return l, nil
+	case p = <-pool:
+		cancel()
+		g.dropWaiter(key, r, relayed)
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	p.l.bind(ctx)
+	return p.l, nil
+}
+
+// beginLeg begins a transaction on the pool, bound to ctx.
+func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
+	l := newLeg(ctx)
+	tx, err := g.db.BeginTxx(l.ctx, g.opt.TxOptions)
+	if err != nil {
+		l.end()
+		return nil, err
+	}
+	l.tx = tx
+	return l, nil
+}
+
+// passOn is called with a leg whose transaction is open, has run nothing
+// and is bound to no caller's ctx: it goes to a caller of key waiting for
+// one, or is parked for the next caller of key for at most relayPark, or is
+// rolled back, which returns its connection to the pool. reserved says it
+// is the one a reserve call announced.
+func (g *Guard) passOn(key string, l *leg, reserved bool) {
+	rs := &g.relays
+	rs.mu.Lock()
+	r := rs.keys[key]
+	if reserved {
+		r.incoming--
+	}
+	switch {
+	case r != nil && len(r.waiting) > 0:
+		r.next().ch <- l
+		l = nil
+	case r != nil && r.refs > 1 && r.spare == nil:
+		r.spare = l
+		l = nil
+		var t *time.Timer
+		t = time.AfterFunc(relayPark, func() {
+			rs.mu.Lock()
+			var s *leg
+			if r.expire == t { // still this parking, not a later one
+				s = r.spare
+				r.spare, r.expire = nil, nil
+				// Under mu, so before the key's last Do can wait.
+				r.discards.Add(1)
+			}
+			rs.mu.Unlock()
+			if s != nil {
+				g.giveBack(s)
+				r.discards.Done()
+			}
+		})
+		r.expire = t
+	}
+	rs.mu.Unlock()
+	if l != nil {
+		g.giveBack(l)
+	}
+}
