@@ -17,6 +17,10 @@ type attempt struct {
 	k     lockKeys
 	id    string // acquisition id; also the queue entry's id
 	owner string
+	// lease is the acquisition's lease (Options.LeaseTTL or WithLease), and
+	// leaseArg the same in script form.
+	lease    time.Duration
+	leaseArg any
 	// leaving is set once the queue clean-up (leave) has been handed to the
 	// background.
 	leaving bool
@@ -44,7 +48,7 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 	var res []any
 	gaveUp, err := l.do(ctx, func() error {
 		var err error
-		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, l.args.lease,
+		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, a.leaseArg,
 			l.args.tokenTTL, l.args.waiter, l.args.waiter, tryArg, l.args.pubcmd).Slice()
 		return err
 	}, a.leave)
@@ -83,7 +87,7 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 // the hand-off lease: the lock was handed to this waiter before the call, and
 // its lease is shorter than a fresh grant's.
 func (a *attempt) handedOver(r acquireResult) bool {
-	return r.pttl >= 0 && r.pttl < a.l.opt.LeaseTTL
+	return r.pttl >= 0 && r.pttl < a.lease
 }
 
 func (a *attempt) try(ctx context.Context) (*Lock, error) {
@@ -201,7 +205,7 @@ func (a *attempt) leave() {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
 	defer cancel()
-	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Err()
+	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, a.leaseArg).Err()
 	if err != nil {
 		l.opt.Logger.Warn("redislock: leaving the queue failed; the entry expires by itself",
 			"key", a.key, "err", err)
@@ -223,13 +227,14 @@ func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, 
 		return nil, a.giveUp(ctx, ErrClosed)
 	default:
 	}
-	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, done: make(chan struct{})}
+	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, done: make(chan struct{}),
+		lease: a.lease, leaseArg: a.leaseArg}
 	if l.opt.MinReplicas > 0 {
 		sent, err := a.awaitReplicas(ctx)
 		if err != nil {
 			return nil, a.giveUp(ctx, err)
 		}
-		deadline, handoff = sent.Add(l.opt.LeaseTTL), false
+		deadline, handoff = sent.Add(a.lease), false
 	}
 	l.renew.add(lk, deadline, handoff)
 	return lk, nil
@@ -244,7 +249,7 @@ func (a *attempt) awaitReplicas(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	keys, args := []string{a.k.lock}, []any{l.ms(l.opt.LeaseTTL), a.id}
+	keys, args := []string{a.k.lock}, []any{l.ms(a.lease), a.id}
 	run := func(useEval bool) (time.Time, *redis.Cmd, *redis.Cmd, error) {
 		pipe := c.Pipeline()
 		var renew *redis.Cmd

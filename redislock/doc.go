@@ -25,7 +25,8 @@
 //
 // # Leases
 //
-// A held lock is renewed in the background every LeaseTTL/3. When renewal
+// A held lock is renewed in the background every LeaseTTL/3 ([WithLease]
+// gives one acquisition a lease of its own). When renewal
 // finds the lock gone, or cannot reach Redis before the lease ends,
 // [Lock.Done] is closed and [Lock.Err] returns [ErrLost]: the holder must stop
 // acting on the lock.

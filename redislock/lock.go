@@ -25,6 +25,10 @@ type Lock struct {
 	owner string
 	token uint64
 	done  chan struct{}
+	// lease is the acquisition's lease (Options.LeaseTTL or WithLease), and
+	// leaseArg the same in script form.
+	lease    time.Duration
+	leaseArg any
 
 	mu       sync.Mutex
 	state    lockState
@@ -102,7 +106,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	var n int64
 	req := func() error {
 		var err error
-		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Int64()
+		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.leaseArg).Int64()
 		return err
 	}
 	var err error

@@ -151,6 +151,14 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 	if cfg.ownerSet && cfg.owner == "" {
 		return nil, fmt.Errorf("%w: empty owner", ErrInvalidOptions)
 	}
+	lease := l.opt.LeaseTTL
+	if cfg.leaseSet {
+		if cfg.lease < minLeaseTTL || cfg.lease > l.opt.TokenTTL {
+			return nil, fmt.Errorf("%w: WithLease(%v): must be at least %v and at most TokenTTL %v",
+				ErrInvalidOptions, cfg.lease, minLeaseTTL, l.opt.TokenTTL)
+		}
+		lease = cfg.lease
+	}
 	if !l.enter() {
 		return nil, errors.Join(ErrNotAcquired, ErrClosed)
 	}
@@ -158,7 +166,10 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner}
+	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease, leaseArg: l.args.lease}
+	if lease != l.opt.LeaseTTL {
+		a.leaseArg = l.msArg(lease)
+	}
 	if !cfg.ownerSet {
 		a.owner = a.id
 	}
@@ -244,7 +255,7 @@ func (l *Locker) releaseAll(held []*Lock) error {
 	defer cancel()
 	var first error
 	for _, lk := range held {
-		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Err()
+		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.leaseArg).Err()
 		if err != nil && first == nil {
 			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
 		}

@@ -178,6 +178,8 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	owner    string
 	ownerSet bool
+	lease    time.Duration
+	leaseSet bool
 }
 
 // WithOwner makes the acquisition belong to owner. Acquisitions with the same
@@ -191,4 +193,18 @@ type lockConfig struct {
 // reentrant.
 func WithOwner(owner string) LockOption {
 	return func(c *lockConfig) { c.owner, c.ownerSet = owner, true }
+}
+
+// WithLease gives the acquisition a lease of its own in place of
+// Options.LeaseTTL: the lease it is granted with, renewed to every d/3, and
+// the time a release stays known to a retried Unlock. Use it for the few
+// locks that need a longer (or shorter) lease than the Locker's others. d
+// must be at least 30ms and at most Options.TokenTTL; anything else gives
+// ErrInvalidOptions and touches nothing. A lock handed over to a waiter
+// still starts with the short hand-off lease (Options.WaiterTimeout) until
+// its first renewal. Reentrant acquisitions of one owner share the lock in
+// Redis, whose lease is then the longest of theirs: a renewal never
+// shortens it.
+func WithLease(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.lease, c.leaseSet = d, true }
 }

@@ -66,7 +66,7 @@ func newRenewer(l *Locker) *renewer {
 // which leaves the renewal as much time to get through and spares locks held
 // briefly any renewal at all.
 func (r *renewer) add(lk *Lock, deadline time.Time, handoff bool) {
-	margin := r.l.opt.LeaseTTL * 2 / 3
+	margin := lk.lease * 2 / 3
 	if handoff {
 		margin = r.l.opt.WaiterTimeout / 2
 	}
@@ -199,13 +199,11 @@ func (r *renewer) expire(now time.Time) {
 // call already. Whatever falls due soon is renewed early along with them, so
 // that renewals of locks taken at different moments share one call.
 func (r *renewer) startDue(now time.Time) {
-	lease := r.l.opt.LeaseTTL
-	soon := now.Add(lease / 6)
 	var due []*Lock
 	anyDue := false
 	r.mu.Lock()
 	for lk, c := range r.locks {
-		if lk.renewAt.Before(soon) && !now.Before(c.until) {
+		if lk.renewAt.Before(now.Add(lk.lease/6)) && !now.Before(c.until) {
 			due = append(due, lk)
 			anyDue = anyDue || !lk.renewAt.After(now)
 		}
@@ -214,13 +212,18 @@ func (r *renewer) startDue(now time.Time) {
 	if !anyDue {
 		return
 	}
-	groups := map[int][]*Lock{}
+	// One call per hash slot and lease: the script sets one lease.
+	type group struct {
+		slot  int
+		lease time.Duration
+	}
+	groups := map[group][]*Lock{}
 	for _, lk := range due {
-		slot := 0
+		g := group{lease: lk.lease}
 		if r.l.cluster {
-			slot = hashSlot(lk.k.lock)
+			g.slot = hashSlot(lk.k.lock)
 		}
-		groups[slot] = append(groups[slot], lk)
+		groups[g] = append(groups[g], lk)
 	}
 	for _, g := range groups {
 		for len(g) > 0 {
@@ -247,19 +250,20 @@ func maxTime(t, u time.Time) time.Time {
 	return t
 }
 
-// renew starts one script call renewing locks, all in one hash slot. Its
-// reply goes to the loop.
+// renew starts one script call renewing locks, all in one hash slot and
+// with one lease. Its reply goes to the loop.
 func (r *renewer) renew(locks []*Lock) {
 	l := r.l
+	lease := locks[0].lease
 	keys := make([]string, len(locks))
 	args := make([]any, 1, len(locks)+1)
-	args[0] = l.ms(l.opt.LeaseTTL)
+	args[0] = l.ms(lease)
 	r.mu.Lock()
 	r.seq++
 	seq := r.seq
 	// Waiting for Redis past the first lease end is useless: that lock is
 	// lost by then, and the others go out again.
-	earliest := time.Now().Add(l.opt.LeaseTTL)
+	earliest := time.Now().Add(lease)
 	for _, lk := range locks {
 		earliest = minTime(earliest, lk.deadline)
 	}
@@ -294,7 +298,6 @@ func (r *renewer) renew(locks []*Lock) {
 
 // apply records the outcome of a renewal call.
 func (r *renewer) apply(rep renewReply) {
-	lease := r.l.opt.LeaseTTL
 	res, err := rep.res, rep.err
 	if err == nil && len(res) != len(rep.locks) {
 		err = fmt.Errorf("redislock: renew returned %d results for %d locks", len(res), len(rep.locks))
@@ -314,11 +317,11 @@ func (r *renewer) apply(rep renewReply) {
 		case err != nil:
 			lk.lastErr = err
 			if current {
-				lk.renewAt = time.Now().Add(max(lease/30, time.Millisecond))
+				lk.renewAt = time.Now().Add(max(lk.lease/30, time.Millisecond))
 			}
 		case res[i] == 1:
-			if end := rep.sent.Add(lease); end.After(lk.deadline) {
-				lk.deadline, lk.renewAt = end, rep.sent.Add(lease/3)
+			if end := rep.sent.Add(lk.lease); end.After(lk.deadline) {
+				lk.deadline, lk.renewAt = end, rep.sent.Add(lk.lease/3)
 			}
 			lk.lastErr = nil
 		default:
