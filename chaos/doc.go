@@ -9,23 +9,53 @@
 // scenarios are its tests. It lives in a Go module of its own so that its
 // heavy dependencies never reach users of the library.
 //
-// Scenario galera-multi-primary (scenario_galera_test.go) writes through the
-// three nodes of a MariaDB Galera Cluster it starts itself (internal/testenv;
-// mariadbd, the galera-4 provider and rsync must be installed), kills one
-// node with SIGKILL and cuts another off from the cluster.
+// The scenarios, each named as in its summary line:
+//   - failover-lost-grant (scenario_failover_test.go): Sentinel promotes a
+//     replica that missed a grant; the stale holder's late claim must be
+//     rejected by the database.
+//   - paused-holder (scenario_pause_test.go): a holder process is frozen
+//     with SIGSTOP inside fn past its lease; its late write must not apply.
+//   - redis-partition (scenario_partition_test.go): one client is cut off
+//     from Redis while it holds the lock, and while it waits in the queue.
+//   - db-latency (scenario_latency_test.go): one client's database traffic
+//     is slowed, then held back while its lock is lost and another holder
+//     commits; the held statements must not apply when released.
+//   - kill-during-commit (scenario_killcommit_test.go): a holder's MySQL
+//     connection is killed during COMMIT, before it reaches the server or
+//     after it applied; nothing may be applied twice.
+//   - killed-processes (scenario_kill9_test.go): holders and waiters killed
+//     with SIGKILL must not stall the queue beyond the lease and the waiter
+//     timeout.
+//   - redis-restart (scenario_restart_test.go): Redis restarted without
+//     persistence under load, three times; tokens at the database must
+//     still increase strictly.
+//   - redis-outage-with-data and redis-outage-empty
+//     (scenario_outage_test.go): Redis killed for ten seconds under Guards
+//     with the database fallback, restarted with its data or empty; buying
+//     goes on in database mode at no less than half the throughput of plain
+//     SELECT … FOR UPDATE, and the Guards switch to the database and back.
+//   - commit-cut (scenario_commitcut_test.go): the database path of a
+//     holder goes silent just as its COMMIT leaves; Do must return by the
+//     end of its ctx and leave the lock to the next holder.
+//   - galera-multi-primary (scenario_galera_test.go): writes through the
+//     three nodes of a MariaDB Galera Cluster it starts itself
+//     (internal/testenv; mariadbd, the galera-4 provider and rsync must be
+//     installed), while the lock is deleted under its holders, one node is
+//     killed with SIGKILL and another is cut off from the cluster.
 //
-// Three scenarios make two writers of one key overlap on purpose, so that
-// only the fence row stands between them and a lost update:
+// Three more make two writers of one key overlap on purpose, so that only
+// the fence row stands between them and a lost update:
 //   - lost-grant-in-fn (scenario_lostgrant_test.go): the lock's Redis keys
 //     are deleted, as by a failover to a replica that missed them, while the
 //     holder is inside fn between reading the stock and writing it; it does
 //     not notice (its lease is long). A newer holder is granted the lock at
 //     once and must wait for the older transaction's fence row rather than
 //     read the stock the older one is about to overwrite.
-//   - lost-grant-retry: the same, with the older holder's MySQL connection
-//     also killed inside fn, after its claim. Once the newer holder has
-//     committed, guard retries the older transaction under its old token;
-//     the retried attempt must claim again and be fenced.
+//   - lost-grant-retry (scenario_lostgrant_test.go): the same, with the
+//     older holder's MySQL connection also killed inside fn, after its
+//     claim. Once the newer holder has committed, guard retries the older
+//     transaction under its old token; the retried attempt must claim again
+//     and be fenced.
 //   - token-replay (scenario_replay_test.go): a clone of the holder
 //     ([ReplayBuy]) claims with the holder's token under an owner of its
 //     own, under load, either while the holder is inside fn or before the

@@ -48,6 +48,10 @@ type demoConfig struct {
 	work      time.Duration // time a purchase spends between reading and writing the stock
 	timeout   time.Duration // bound on each mode
 
+	outage       string        // "" (none), outageKill or outagePause: take the guard mode's Redis away
+	outageAfter  int           // accepted orders before the outage (0: a quarter of what the stock allows)
+	outageLength time.Duration // how long Redis stays away
+
 	startServers bool   // start the servers that do not answer
 	where        string // where the servers are, for the report
 }
@@ -59,6 +63,8 @@ type modeResult struct {
 	totals   store.Totals
 	elapsed  time.Duration
 	injected []string
+	outage   *redisOutage // the guard mode's Redis outage, or nil
+	switches [2]int64     // Guards' switches to database mode and back to Redis
 
 	accepted, soldOut, fenced, lockLost, lostAtUnlock, failed atomic.Int64
 
@@ -138,8 +144,16 @@ func runDemo(ctx context.Context, cfg demoConfig, srv servers, progress io.Write
 			return results, err
 		}
 		mctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-		r := runMode(mctx, cfg, mode, runID, insts, progress)
+		var r *modeResult
+		if mode == modeGuard && cfg.outage != "" {
+			r, err = runOutageMode(mctx, cfg, srv, runID, progress)
+		} else {
+			r = runMode(mctx, cfg, mode, runID, insts, nil, progress)
+		}
 		cancel()
+		if err != nil {
+			return results, err
+		}
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
@@ -155,22 +169,55 @@ func runDemo(ctx context.Context, cfg demoConfig, srv servers, progress io.Write
 	return results, nil
 }
 
+// runOutageMode runs the guard mode on instances of its own, whose Guards
+// fall back on the database, against a redis-server it starts, and takes that
+// server away while the mode runs (cfg.outage).
+func runOutageMode(ctx context.Context, cfg demoConfig, srv servers, runID string, progress io.Writer) (*modeResult, error) {
+	p, err := startOutageRedis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	own := srv
+	own.redisAddr, own.redisStarted = p.Addr, processDesc(p)
+	insts, err := newInstances(cfg.instances, instanceConfig{servers: own, prefix: cfg.prefix, poolSize: cfg.poolSize,
+		lease: cfg.lease, fallback: true})
+	if err != nil {
+		return nil, err
+	}
+	defer closeInstances(insts)
+	after := cfg.outageAfter
+	if after == 0 {
+		after = max(1, cfg.stock/cfg.qty/4)
+	}
+	out := newRedisOutage(cfg.outage, int64(after), int64(cfg.stock/cfg.qty), cfg.outageLength, p, progress)
+	return runMode(ctx, cfg, modeGuard, runID, insts, out, progress), nil
+}
+
 // runMode lets cfg.buyers buyers, spread over insts, place their orders
-// concurrently in one mode.
-func runMode(ctx context.Context, cfg demoConfig, mode, runID string, insts []*instance, progress io.Writer) *modeResult {
-	r := &modeResult{mode: mode}
+// concurrently in one mode, while out, when not nil, takes Redis away.
+func runMode(ctx context.Context, cfg demoConfig, mode, runID string, insts []*instance, out *redisOutage, progress io.Writer) *modeResult {
+	r := &modeResult{mode: mode, outage: out}
 	var st *stalls
 	if mode != modeUnsafe {
 		st = newStalls(cfg.pause, cfg.lease, cfg.failover, cfg.prefix, cfg.stock)
 	}
 	for _, inst := range insts {
 		inst.onAcquired = func() { st.lockTaken(ctx, inst, lockKey(cfg.sku)) }
+		if out != nil {
+			inst.onDone = out.served
+		}
 	}
 	defer func() {
 		for _, inst := range insts {
-			inst.onAcquired = nil
+			inst.onAcquired, inst.onDone = nil, nil
 		}
 	}()
+	var outageDone sync.WaitGroup
+	modeDone := make(chan struct{})
+	if out != nil {
+		outageDone.Go(func() { out.run(modeDone) })
+	}
 
 	stopProgress := startProgress(progress, mode, cfg.buyers*cfg.orders, r)
 	start := time.Now()
@@ -193,8 +240,17 @@ func runMode(ctx context.Context, cfg demoConfig, mode, runID string, insts []*i
 	}
 	wg.Wait()
 	r.elapsed = time.Since(start)
+	close(modeDone)
+	outageDone.Wait()
 	stopProgress()
 	r.injected = st.report()
+	if out != nil {
+		r.injected = append(r.injected, out.report())
+	}
+	for _, inst := range insts {
+		r.switches[0] += inst.toDatabase.Load()
+		r.switches[1] += inst.toRedis.Load()
+	}
 	return r
 }
 
@@ -210,7 +266,7 @@ func buy(ctx context.Context, cfg demoConfig, mode string, inst *instance, o sto
 		err := place(ctx, cfg, mode, inst, o, st, r)
 		switch {
 		case err == nil:
-			r.accepted.Add(1)
+			r.outage.accepted(r.accepted.Add(1))
 			r.addLatency(time.Since(start))
 			return false
 		case errors.Is(err, store.ErrSoldOut):

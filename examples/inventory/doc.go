@@ -18,6 +18,22 @@
 // Locker and database pool. A stall freezes the holder and its instance's
 // Redis traffic, renewals included, as a stop-the-world pause would.
 //
+// -redis-outage kill (or pause) shows what guard.Options.Fallback =
+// guard.FallbackDatabase does while Redis is down. The guard mode then runs
+// on instances whose Guards fall back on the database, against a
+// redis-server the program starts for it (never the configured one, which
+// other programs may share), and takes that server away once -outage-after
+// orders were accepted (default: a quarter of the stock): kill stops it with
+// SIGKILL and restarts it empty on the same port, pause freezes it with
+// SIGSTOP and resumes it with SIGCONT. Redis is back after -outage-for
+// (default 2s), or as soon as a quarter of the stock left when it went away
+// is sold, so that some is left for the Guards' return to Redis. The report
+// then says how many orders were served in Redis mode (before, during and
+// after the outage) and in database mode, and how often the Guards switched,
+// beside the usual check that nothing was oversold:
+//
+//	go run ./examples/inventory -mode guard -redis-outage kill
+//
 // It needs no setup. Both servers are probed at once; for each one where
 // nothing answers, the program starts a throwaway server of its own and says
 // so: an installed redis-server or mariadbd (system tables created with
@@ -46,6 +62,7 @@
 //	POST /orders      {"sku":"widget","qty":2} -> 201, 409 sold out, 400, 404, 503
 //	GET  /stock/{sku}                         -> 200, 404, 503
 //	GET  /healthz                             -> 200, or 503 naming the failing servers
+//	GET  /metrics                             -> guard.Do's metrics, Prometheus text format
 //
 // /healthz pings Redis and MySQL at the same time, each under its own
 // deadline (-check-timeout, 1s), so a hung server costs one deadline and is

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -32,9 +33,18 @@ type instance struct {
 	frozen *freezer
 	logger *slog.Logger
 
+	fallback bool        // the Guard falls back on the database while Redis is down
+	hooks    guard.Hooks // more hooks of the Guard (metrics)
+
 	// onAcquired, when set, runs when guard.Do has taken the lock, before
 	// its transaction starts (the example injects stalls there).
 	onAcquired func()
+	// onDone, when set, runs as guard.Do returns (the demo counts the
+	// orders served in each mode there).
+	onDone func(guard.Result)
+
+	// Switches of the Guard between Redis and database mode.
+	toDatabase, toRedis atomic.Int64
 }
 
 // instanceConfig is what every instance of a run shares.
@@ -44,12 +54,35 @@ type instanceConfig struct {
 	poolSize int
 	lease    time.Duration
 	logger   *slog.Logger
+
+	// fallback turns on guard.FallbackDatabase, and gives the lock's Redis
+	// client short timeouts so that a dead or frozen Redis is noticed in a
+	// fraction of a second rather than after go-redis's default 3s read
+	// timeout.
+	fallback bool
+	// hooks are added to the Guard's own.
+	hooks guard.Hooks
 }
 
+// Timeouts of the lock's Redis client when the Guard falls back on the
+// database: a Redis that does not answer within them counts as down.
+const (
+	fallbackDialTimeout = 200 * time.Millisecond
+	fallbackIOTimeout   = 300 * time.Millisecond
+	// fallbackRetry is Options.FallbackRetry: the example's outages last
+	// seconds, and its Guards try Redis again well within them.
+	fallbackRetry = 250 * time.Millisecond
+)
+
 func newInstance(name string, c instanceConfig) (*instance, error) {
-	inst := &instance{name: name, frozen: newFreezer(), logger: c.logger}
+	inst := &instance{name: name, frozen: newFreezer(), logger: c.logger, fallback: c.fallback, hooks: c.hooks}
 	opt := c.servers.redisOptions()
 	opt.PoolSize = c.poolSize * 2
+	if c.fallback {
+		opt.DialTimeout = fallbackDialTimeout
+		opt.ReadTimeout, opt.WriteTimeout = fallbackIOTimeout, fallbackIOTimeout
+		opt.MaxRetries = 1
+	}
 	inst.rdb = redis.NewClient(opt)
 	inst.health = newHealthClient(c.servers.redisOptions())
 	inst.rdb.AddHook(inst.frozen)
@@ -66,14 +99,50 @@ func newInstance(name string, c instanceConfig) (*instance, error) {
 
 // newGuard returns a Guard on inst's Locker and pool.
 func newGuard(inst *instance) *guard.Guard {
-	return guard.New(inst.locker, inst.db, &guard.Options{
-		Logger: inst.logger,
-		Hooks: guard.Hooks{OnAcquired: func(string, uint64, time.Duration) {
+	h := inst.hooks
+	own := guard.Hooks{
+		OnAcquired: func(string, uint64, time.Duration) {
 			if inst.onAcquired != nil {
 				inst.onAcquired()
 			}
-		}},
-	})
+		},
+		OnDone: func(_ context.Context, r guard.Result) {
+			if inst.onDone != nil {
+				inst.onDone(r)
+			}
+		},
+		OnModeChange: func(_, to guard.Mode) {
+			if to == guard.ModeDatabase {
+				inst.toDatabase.Add(1)
+			} else {
+				inst.toRedis.Add(1)
+			}
+		},
+	}
+	h.OnAcquired = then3(own.OnAcquired, h.OnAcquired)
+	h.OnDone = then2(own.OnDone, h.OnDone)
+	h.OnModeChange = then2(own.OnModeChange, h.OnModeChange)
+	opt := &guard.Options{Logger: inst.logger, Hooks: h}
+	if inst.fallback {
+		opt.Fallback = guard.FallbackDatabase
+		opt.FallbackRetry = fallbackRetry
+	}
+	return guard.New(inst.locker, inst.db, opt)
+}
+
+// then2 and then3 return a hook that calls f, then g when it is set.
+func then2[A, B any](f, g func(A, B)) func(A, B) {
+	if g == nil {
+		return f
+	}
+	return func(a A, b B) { f(a, b); g(a, b) }
+}
+
+func then3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
+	if g == nil {
+		return f
+	}
+	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
 }
 
 func (inst *instance) close() error {

@@ -96,6 +96,23 @@ func fail(stderr io.Writer, err error) int {
 	return exitUnsafe
 }
 
+// checkOutageFlags checks -redis-outage and the flags that go with it.
+func checkOutageFlags(cfg demoConfig) error {
+	switch {
+	case cfg.outage == "":
+		return nil
+	case cfg.outage != outageKill && cfg.outage != outagePause:
+		return fmt.Errorf("unknown -redis-outage %q (want %s or %s)", cfg.outage, outageKill, outagePause)
+	case !slices.Contains(cfg.modes, modeGuard):
+		return errors.New("-redis-outage takes Redis away from the guard mode; add it to -mode")
+	case cfg.outageAfter < 0 || cfg.outageAfter >= cfg.stock/cfg.qty:
+		return fmt.Errorf("-outage-after must be between 0 and %d (the orders -stock allows, less one)", cfg.stock/cfg.qty-1)
+	case cfg.outageLength <= 0:
+		return errors.New("-outage-for must be positive")
+	}
+	return nil
+}
+
 func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	cfg := demoConfig{}
 	fs := flag.NewFlagSet("inventory", flag.ContinueOnError)
@@ -117,6 +134,12 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.DurationVar(&cfg.work, "work", 0, "extra time a purchase spends between reading and writing the stock")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on each mode")
 	fs.BoolVar(&cfg.startServers, "start-servers", true, startServersUsage)
+	fs.StringVar(&cfg.outage, "redis-outage", "",
+		"in guard: run on a redis-server of the run's own with Options.Fallback = FallbackDatabase, and take that server away mid-run: "+
+			outageKill+" (SIGKILL, restart empty) or "+outagePause+" (SIGSTOP, SIGCONT)")
+	fs.IntVar(&cfg.outageAfter, "outage-after", 0, "with -redis-outage: accepted orders before Redis goes away (0: a quarter of -stock/-qty)")
+	fs.DurationVar(&cfg.outageLength, "outage-for", 2*time.Second,
+		"with -redis-outage: how long Redis stays away, at most: it comes back early once a quarter of the stock left when it went away is sold")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: inventory [flags]     run the oversell demo\n       inventory serve [flags]  run the HTTP API\n\nflags:\n")
 		fs.PrintDefaults()
@@ -151,6 +174,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 		return cfg, errors.New("-lease must be at least 30ms")
 	case cfg.timeout <= 0:
 		return cfg, errors.New("-timeout must be positive")
+	}
+	if err := checkOutageFlags(cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -39,6 +39,10 @@ func writeReport(w io.Writer, cfg demoConfig, results []*modeResult) (ok bool) {
 	for _, r := range results {
 		fmt.Fprintf(w, "%-10s %s\n", r.mode+":", verdict(r))
 		fmt.Fprintf(w, "%-10s injected: %s\n", "", injectedText(cfg, r))
+		if r.outage != nil {
+			fmt.Fprintf(w, "%-10s served: %s\n", "", r.outage.servedText())
+			fmt.Fprintf(w, "%-10s Guards switched to database mode %d time(s) and back to Redis %d time(s)\n", "", r.switches[0], r.switches[1])
+		}
 		for _, e := range r.errs {
 			fmt.Fprintf(w, "%-10s error: %s\n", "", e)
 		}

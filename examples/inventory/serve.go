@@ -29,6 +29,7 @@ type serveConfig struct {
 	checkTimeout   time.Duration
 	shutdown       time.Duration
 	startServers   bool
+	fallback       string // "none" or "database": guard.Options.Fallback
 }
 
 func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.Writer) int {
@@ -45,6 +46,8 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	fs.DurationVar(&cfg.checkTimeout, "check-timeout", time.Second, "bound on each dependency's ping in /healthz and error answers")
 	fs.BoolVar(&cfg.startServers, "start-servers", true, startServersUsage)
 	fs.DurationVar(&cfg.shutdown, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	fs.StringVar(&cfg.fallback, "fallback", "none",
+		"while Redis is unavailable: none (orders answer 503) or database (orders go on, serialised by MySQL alone: guard.FallbackDatabase)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -53,6 +56,10 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	}
 	if cfg.checkTimeout <= 0 {
 		fmt.Fprintln(stderr, "inventory serve: -check-timeout must be positive")
+		return exitUsage
+	}
+	if cfg.fallback != "none" && cfg.fallback != "database" {
+		fmt.Fprintf(stderr, "inventory serve: unknown -fallback %q (want none or database)\n", cfg.fallback)
 		return exitUsage
 	}
 	srv, err := serversFromEnv(defaultDatabase)
@@ -73,8 +80,10 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	if err != nil {
 		return fail(stderr, err)
 	}
+	m := newMetrics()
 	inst, err := newInstance("serve", instanceConfig{servers: srv, prefix: cfg.prefix, poolSize: cfg.poolSize, lease: cfg.lease,
-		logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		fallback: cfg.fallback == "database", hooks: m.hooks()})
 	if err != nil {
 		return fail(stderr, err)
 	}
@@ -87,9 +96,9 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	if created {
 		fmt.Fprintf(stdout, "created SKU %q with stock %d\n", cfg.sku, cfg.stock)
 	}
-	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s, GET /healthz)\n", ln.Addr(), cfg.sku, cfg.sku)
+	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s, GET /healthz, GET /metrics)\n", ln.Addr(), cfg.sku, cfg.sku)
 	api := &api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: cfg.checkTimeout,
-		timeout: cfg.requestTimeout, instance: inst.name}
+		timeout: cfg.requestTimeout, instance: inst.name, metrics: m}
 	if err := serve(ctx, ln, api.routes(), cfg.shutdown); err != nil {
 		return fail(stderr, err)
 	}
@@ -125,6 +134,7 @@ type api struct {
 	checkTimeout time.Duration // bound on each check
 	timeout      time.Duration
 	instance     string
+	metrics      http.Handler // GET /metrics; nil: not served
 }
 
 func (a *api) routes() http.Handler {
@@ -132,6 +142,9 @@ func (a *api) routes() http.Handler {
 	mux.HandleFunc("POST /orders", a.postOrder)
 	mux.HandleFunc("GET /stock/{sku}", a.getStock)
 	mux.HandleFunc("GET /healthz", a.healthz)
+	if a.metrics != nil {
+		mux.Handle("GET /metrics", a.metrics)
+	}
 	return mux
 }
 
