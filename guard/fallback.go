@@ -315,16 +315,19 @@ func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, 
 		tr.step(StepLock, 0, 0, start, err)
 		return err
 	}
-	defer release()
 	tr.mode(ModeDatabase)
 	tr.step(StepLock, 0, 0, start, nil)
 	g.opt.Logger.DebugContext(ctx, "guard: database mode", "key", key)
 	var released chan struct{}
-	defer func() {
-		if released != nil {
-			<-released
-		}
-	}()
 	_, err = g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, time.Now(), fn, &released, tr)
+	// The key is held until the transaction's connection is back (the fence
+	// row's lock ends with it) and the slot is given up: that is the unlock
+	// step of database mode, so that hooks see every acquisition end.
+	ustart := time.Now()
+	if released != nil {
+		<-released
+	}
+	release()
+	tr.step(StepUnlock, 0, 0, ustart, nil)
 	return err
 }

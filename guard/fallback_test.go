@@ -263,3 +263,50 @@ func TestFallbackOptionsThatCannotWork(t *testing.T) {
 		t.Fatalf("counter %d: invalid options touched the database", n)
 	}
 }
+
+// In database mode every acquisition ends with an unlock step too, so that
+// hooks counting locks held, and the hold time in Result, see it end.
+func TestFallbackReportsTheEndOfEachHold(t *testing.T) {
+	f := newFBEnv(t, guard.Options{FallbackAfter: 1})
+	var mu sync.Mutex
+	var kinds []guard.StepKind
+	f.g = guard.New(f.locker, f.db, &guard.Options{
+		Fallback: guard.FallbackDatabase, FallbackAfter: 1, Namespace: f.prefix,
+		Hooks: guard.Hooks{
+			OnStep: func(_ context.Context, s guard.Step) {
+				mu.Lock()
+				kinds = append(kinds, s.Kind)
+				mu.Unlock()
+			},
+			OnDone: func(_ context.Context, r guard.Result) {
+				f.mu.Lock()
+				f.results = append(f.results, r)
+				f.mu.Unlock()
+			},
+		},
+	})
+	f.srv.Kill()
+	for range 3 {
+		if err := f.do(t, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := f.results[len(f.results)-1]
+	if r.Mode != guard.ModeDatabase || r.Held <= 0 {
+		t.Fatalf("last result: mode %v, held %v; want database mode and a hold time", r.Mode, r.Held)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	locks, unlocks := 0, 0
+	for _, k := range kinds {
+		switch k {
+		case guard.StepLock:
+			locks++
+		case guard.StepUnlock:
+			unlocks++
+		}
+	}
+	if locks != 3 || unlocks != 3 {
+		t.Fatalf("steps %v: %d lock and %d unlock steps, want 3 of each", kinds, locks, unlocks)
+	}
+}
