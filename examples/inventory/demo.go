@@ -23,13 +23,20 @@ const (
 	modeUnsafe    = "unsafe"
 	modeRedisOnly = "redis-only"
 	modeGuard     = "guard"
+	// modeBatched is guard with Options.MaxBatch: the buyers of one
+	// instance that queue behind its holder share one lock turn and one
+	// transaction.
+	modeBatched = "batched"
 )
 
-var allModes = []string{modeUnsafe, modeRedisOnly, modeGuard}
+// batchSize is Options.MaxBatch of the batched mode.
+const batchSize = 16
+
+var allModes = []string{modeUnsafe, modeRedisOnly, modeGuard, modeBatched}
 
 // claimsSafety reports whether a mode promises never to oversell; the
 // program exits non-zero when such a mode does.
-func claimsSafety(mode string) bool { return mode == modeGuard }
+func claimsSafety(mode string) bool { return mode == modeGuard || mode == modeBatched }
 
 // demoConfig is one run of the load driver.
 type demoConfig struct {
@@ -321,8 +328,12 @@ func place(ctx context.Context, cfg demoConfig, mode string, inst *instance, o s
 			err = uerr
 		}
 		return err
-	case modeGuard:
-		return inst.guard.Do(ctx, lockKey(o.SKU), func(ctx context.Context, tx *guard.Tx) error {
+	case modeGuard, modeBatched:
+		g := inst.guard
+		if mode == modeBatched {
+			g = inst.batched
+		}
+		return g.Do(ctx, lockKey(o.SKU), func(ctx context.Context, tx *guard.Tx) error {
 			o.Token = tx.Token()
 			_, err := store.Purchase(ctx, tx, o, between)
 			return err

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/redfence/redfence/examples/inventory/store"
 	"github.com/redfence/redfence/internal/testenv"
 )
@@ -26,7 +28,7 @@ func TestDemoModesSideBySide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 3 {
+	if len(results) != len(allModes) {
 		t.Fatalf("%d results", len(results))
 	}
 	byMode := map[string]*modeResult{}
@@ -54,6 +56,10 @@ func TestDemoModesSideBySide(t *testing.T) {
 	}
 	if g.lockLost.Load()+g.fenced.Load() == 0 {
 		t.Errorf("guard: no attempt was rolled back although holders stalled past their lease")
+	}
+	b := byMode[modeBatched]
+	if !b.totals.OK() || b.totals.Orders != cfg.stock || b.totals.Final != 0 || b.failed.Load() != 0 {
+		t.Errorf("batched: %+v, %d failed orders (%q); want exactly the stock sold, nothing lost", b.totals, b.failed.Load(), b.errs)
 	}
 
 	var out strings.Builder
@@ -158,5 +164,36 @@ func TestFreezerHoldsBackRedisTraffic(t *testing.T) {
 	f.thaw()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("after the thaw: %v", err)
+	}
+}
+
+// The batched mode sells exactly its stock, and its buyers really share
+// transactions: the orders carry far fewer tokens than there are orders.
+func TestBatchedModeSharesTransactions(t *testing.T) {
+	srv := testServers(t)
+	cfg := demoConfig{
+		modes: []string{modeBatched}, buyers: 32, instances: 2, stock: 160, orders: 10, qty: 1, poolSize: 4,
+		sku: "widget", prefix: testenv.Prefix(t), lease: 2 * time.Second, timeout: 45 * time.Second,
+	}
+	results, err := runDemo(testCtx(t), cfg, srv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := results[0]
+	if !b.totals.OK() || b.totals.Orders != cfg.stock || b.failed.Load() != 0 {
+		t.Fatalf("batched: %+v, %d failed (%q)", b.totals, b.failed.Load(), b.errs)
+	}
+	db, err := sqlx.Open("mysql", srv.mysqlDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var orders, tokens int
+	if err := db.QueryRowContext(testCtx(t), "SELECT COUNT(*), COUNT(DISTINCT token) FROM orders WHERE sku = ?", cfg.sku).Scan(&orders, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d orders in %d transactions", orders, tokens)
+	if orders != cfg.stock || tokens*2 > orders {
+		t.Fatalf("%d orders under %d tokens: want %d orders sharing transactions (at most half as many tokens)", orders, tokens, cfg.stock)
 	}
 }

@@ -2,7 +2,7 @@
 // must never sell more than it has, and a load driver that shows what each
 // way of writing it does under concurrency and faults.
 //
-// With no arguments it runs three modes side by side against the local Redis
+// With no arguments it runs four modes side by side against the local Redis
 // and MySQL (REDIS_ADDR, default 127.0.0.1:6379, or a redis:// URL for a
 // server with a password; MYSQL_DSN, default root@tcp(127.0.0.1:3306)/,
 // database redfence_inventory created if needed):
@@ -13,6 +13,9 @@
 //     as in a failover (-failover). Oversells.
 //   - guard: the same inside guard.Do (lock, fencing token checked by MySQL
 //     in the same transaction), under the same faults. Never oversells.
+//   - batched: guard with guard.Options.MaxBatch 16: the buyers of one
+//     instance that queue behind its holder join one transaction (one lock
+//     turn, one claim, one COMMIT). Same faults; never oversells.
 //
 // Each simulated application instance (-instances) has its own Redis client,
 // Locker and database pool. A stall freezes the holder and its instance's

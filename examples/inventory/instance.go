@@ -30,8 +30,11 @@ type instance struct {
 	locker *redislock.Locker
 	db     *sqlx.DB
 	guard  *guard.Guard
-	frozen *freezer
-	logger *slog.Logger
+	// batched is a Guard on the same Locker and pool with
+	// Options.MaxBatch (the batched mode).
+	batched *guard.Guard
+	frozen  *freezer
+	logger  *slog.Logger
 
 	fallback bool        // the Guard falls back on the database while Redis is down
 	hooks    guard.Hooks // more hooks of the Guard (metrics)
@@ -93,12 +96,14 @@ func newInstance(name string, c instanceConfig) (*instance, error) {
 		return nil, err
 	}
 	inst.db = db
-	inst.guard = newGuard(inst)
+	inst.guard = newGuard(inst, 0)
+	inst.batched = newGuard(inst, batchSize)
 	return inst, nil
 }
 
-// newGuard returns a Guard on inst's Locker and pool.
-func newGuard(inst *instance) *guard.Guard {
+// newGuard returns a Guard on inst's Locker and pool, combining up to
+// maxBatch queued callers per transaction (0: none).
+func newGuard(inst *instance, maxBatch int) *guard.Guard {
 	h := inst.hooks
 	own := guard.Hooks{
 		OnAcquired: func(string, uint64, time.Duration) {
@@ -122,7 +127,7 @@ func newGuard(inst *instance) *guard.Guard {
 	h.OnAcquired = then3(own.OnAcquired, h.OnAcquired)
 	h.OnDone = then2(own.OnDone, h.OnDone)
 	h.OnModeChange = then2(own.OnModeChange, h.OnModeChange)
-	opt := &guard.Options{Logger: inst.logger, Hooks: h}
+	opt := &guard.Options{Logger: inst.logger, Hooks: h, MaxBatch: maxBatch}
 	if inst.fallback {
 		opt.Fallback = guard.FallbackDatabase
 		opt.FallbackRetry = fallbackRetry

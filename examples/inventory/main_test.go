@@ -157,7 +157,7 @@ func TestFlagErrors(t *testing.T) {
 		t.Fatalf("mode list: %v %v", cfg.modes, err)
 	}
 	cfg, err = parseDemoFlags(nil, &strings.Builder{})
-	if err != nil || len(cfg.modes) != 3 || cfg.buyers != 64 || cfg.pause <= cfg.lease {
+	if err != nil || len(cfg.modes) != len(allModes) || cfg.buyers != 64 || cfg.pause <= cfg.lease {
 		t.Fatalf("defaults: %+v %v (the default pause must outlast the lease)", cfg, err)
 	}
 }

@@ -181,7 +181,7 @@ func TestDependencyDownAnswers503(t *testing.T) {
 			t.Fatal(err)
 		}
 		inst.db = dead
-		inst.guard = newGuard(inst)
+		inst.guard = newGuard(inst, 0)
 		a.db, a.guard = dead, inst.guard
 		h := a.routes()
 		for _, c := range []struct{ method, path, body string }{
