@@ -82,8 +82,9 @@ func (m *metrics) hooks() guard.Hooks {
 				m.mu.Unlock()
 			}
 		},
-		// A database-mode Do has no unlock step: the key is let go when the
-		// transaction ends, so the hold is measured to the end of Do.
+		// The hold is counted from the grant to the end of Do (which follows
+		// the unlock step at once, in both modes), once per call that got
+		// the key, whatever happened in between.
 		OnDone: func(ctx context.Context, r guard.Result) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
