@@ -61,10 +61,22 @@
 //     own, under load, either while the holder is inside fn or before the
 //     holder's claim reaches MySQL. Only the first to present the token may
 //     commit.
+//   - paused-holder-handoff (scenario_pause_handoff_test.go): as
+//     paused-holder, with Guards that hand the lock on at the claim
+//     (guard.Options.HandOffAtClaim, RelayConns): the next holder's claim
+//     waits for the frozen transaction's fence row, and the frozen holder's
+//     late write is never applied under its old token.
+//   - batched (scenario_batch_test.go): two processes whose Guards combine
+//     queued callers (guard.Options.MaxBatch) with several buyers each,
+//     while the lock's Redis keys are deleted under its holders and
+//     connections inside transactions are killed.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
-// commit order, to carry strictly increasing tokens, and the fence row to
-// name the last committed order (its token and claim operation id).
+// commit order, to carry strictly increasing tokens from one transaction to
+// the next (the orders of one batch share theirs), the fence row to name
+// the last committed order (its token and claim operation id), and each
+// order to have seen its own transaction's claim in the fence row when it
+// was written.
 //
 // Run it with
 //
