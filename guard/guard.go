@@ -432,6 +432,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
 	tx := &Tx{Tx: stx, key: key, resource: resource, token: token, owner: h.owner, opID: newOpID(), attempt: n}
+	defer tx.finish()
 	finished := false
 	defer func() {
 		if !finished {
@@ -521,6 +522,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if g.beforeCommit != nil {
 		g.beforeCommit(ctx, tx)
 	}
+	tx.finish()
 	finished = true
 	mstart := tr.now()
 	var cerr error

@@ -272,14 +272,16 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 			// pctx ended as the transaction began: database/sql rolls it back.
 			l, err = nil, context.Cause(pctx)
 		}
+		// The send is made under rs.mu, as abandoned is set: a caller that
+		// took a relayed transaction and then found pool empty must be sure
+		// that this one will be passed on, not sent after it stopped looking.
 		rs.mu.Lock()
 		late := abandoned
-		rs.mu.Unlock()
 		if !late {
-			pool <- begun{l, err}
-			return
+			pool <- begun{l, err} // buffered: never blocks
 		}
-		if err == nil {
+		rs.mu.Unlock()
+		if late && err == nil {
 			g.passOn(key, l, false) // the caller took a relayed one meanwhile
 		}
 	}()

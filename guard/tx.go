@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -34,9 +35,14 @@ import (
 //     has rolled the transaction (or the statement) back; later statements
 //     are refused with that error, and Do retries the whole transaction when
 //     fn returns that error or nil.
+//   - Once fn has returned, its statements are refused with an error
+//     wrapping sql.ErrTxDone, and the statements it prepared are closed
+//     (with Options.RelayConns the underlying transaction lives on, chained,
+//     as the next caller's).
 //
 // The embedded *sqlx.Tx (t.Tx) and statements bound with Stmt run unwatched:
-// keep them to statements that stay inside the transaction.
+// keep them to statements that stay inside the transaction, and never use
+// them after fn has returned.
 type Tx struct {
 	*sqlx.Tx
 
@@ -57,6 +63,17 @@ type Tx struct {
 	// first failure: the transaction, and with it the fence row's lock, is
 	// gone.
 	onFail func(error)
+
+	// ended is set when Do is done with the transaction, before it commits
+	// or rolls back: with Options.RelayConns the *sqlx.Tx lives on, chained,
+	// as the next caller's transaction, so statements of this Tx kept past
+	// fn are refused here, and the statements fn prepared are closed, as
+	// database/sql would at the end of the transaction.
+	ended    atomic.Bool
+	prepared struct {
+		sync.Mutex
+		v []io.Closer
+	}
 
 	// check guards the savepoint that opaque statements run under.
 	check struct {
@@ -109,6 +126,30 @@ func (t *Tx) fail(err error, retry bool) {
 	}
 }
 
+// keep records a statement prepared on the transaction, for finish to close.
+func (t *Tx) keep(st io.Closer) {
+	t.prepared.Lock()
+	defer t.prepared.Unlock()
+	if t.ended.Load() {
+		_ = st.Close()
+		return
+	}
+	t.prepared.v = append(t.prepared.v, st)
+}
+
+// finish marks the Tx as done with and closes the statements fn prepared.
+// It may be called more than once.
+func (t *Tx) finish() {
+	t.prepared.Lock()
+	t.ended.Store(true)
+	v := t.prepared.v
+	t.prepared.v = nil
+	t.prepared.Unlock()
+	for _, st := range v {
+		_ = st.Close()
+	}
+}
+
 // failure returns the recorded failure, or nil.
 func (t *Tx) failure() *txFailure { return t.failed.Load() }
 
@@ -140,6 +181,9 @@ const (
 // statement must not run, and whether the statement is opaque and must be
 // checked afterwards.
 func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) {
+	if t.ended.Load() {
+		return false, fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
+	}
 	if f := t.failure(); f != nil {
 		return false, fmt.Errorf("guard: %q: transaction no longer usable: %w", t.key, f.err)
 	}
@@ -386,7 +430,11 @@ func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error
 		return nil, err
 	}
 	st, err := t.Tx.PrepareContext(ctx, query)
-	return st, t.observe(err)
+	if err != nil {
+		return nil, t.observe(err)
+	}
+	t.keep(st)
+	return st, nil
 }
 
 // Prepare is PrepareContext with context.Background.
@@ -400,7 +448,11 @@ func (t *Tx) PreparexContext(ctx context.Context, query string) (*sqlx.Stmt, err
 		return nil, err
 	}
 	st, err := t.Tx.PreparexContext(ctx, query)
-	return st, t.observe(err)
+	if err != nil {
+		return nil, t.observe(err)
+	}
+	t.keep(st)
+	return st, nil
 }
 
 // Preparex is PreparexContext with context.Background.
@@ -414,7 +466,11 @@ func (t *Tx) PrepareNamedContext(ctx context.Context, query string) (*sqlx.Named
 		return nil, err
 	}
 	st, err := t.Tx.PrepareNamedContext(ctx, query)
-	return st, t.observe(err)
+	if err != nil {
+		return nil, t.observe(err)
+	}
+	t.keep(st)
+	return st, nil
 }
 
 // PrepareNamed is PrepareNamedContext with context.Background.
