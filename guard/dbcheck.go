@@ -106,6 +106,10 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 	if err != nil || !strings.EqualFold(on, "ON") {
 		return nil, err
 	}
+	if g.opt.HandOffAtClaim {
+		return fmt.Errorf("%w: the database is a Galera node (wsrep_on=ON), whose row locks do not reach the other nodes: "+
+			"Options.HandOffAtClaim would let holders writing through different nodes run fn at once; turn it off", ErrUnsafePool), nil
+	}
 	before, err := counter(ctx, conn)
 	if err != nil {
 		return nil, err

@@ -41,13 +41,18 @@ func (g *Guard) checkPool(ctx context.Context, key string) error {
 	for s, _ := ctx.Value(scopeKey{}).(*scope); s != nil; s = s.parent {
 		if s.g.db.DB == g.db.DB {
 			held++
+			if s.g.opt.HandOffAtClaim {
+				// The enclosing key's next holder may hold one more,
+				// waiting with its claim for the enclosing transaction.
+				held++
+			}
 		}
 	}
 	if held == 0 {
 		return nil
 	}
 	if limit := g.db.Stats().MaxOpenConnections; limit > 0 && held >= limit {
-		return fmt.Errorf("%w: %q inside %d enclosing call(s), pool limited to %d connection(s)", ErrNestedPool, key, held, limit)
+		return fmt.Errorf("%w: %q inside enclosing calls that need %d connection(s), pool limited to %d", ErrNestedPool, key, held, limit)
 	}
 	return nil
 }

@@ -174,6 +174,16 @@ type Options struct {
 	// holder stopped inside fn delays the next one up to
 	// innodb_lock_wait_timeout per attempt. It does not apply to batches
 	// (MaxBatch) or in database mode (Fallback).
+	//
+	// It relies on the fence row's lock, so every Guard that takes the same
+	// Redis lock (the same Locker prefix and key) must claim the same fence
+	// row in the same database: the same Namespace and pool. Guards that
+	// share a lock but fence in different databases or namespaces would run
+	// fn at once. Row locks do not reach across Galera nodes either, so on a
+	// Galera pool Do refuses it ([ErrUnsafePool]). A Do nested in fn on
+	// another key needs two connections per enclosing call (its transaction,
+	// and the next holder's claim waiting on its fence row); [ErrNestedPool]
+	// refuses one the pool cannot serve.
 	// default: false (the lock is held until the transaction has ended)
 	HandOffAtClaim bool
 

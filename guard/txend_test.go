@@ -98,7 +98,7 @@ func TestStatementsThatEndTheTransactionAreRefused(t *testing.T) {
 	}
 }
 
-// The review's reproduction: a stale holder runs START TRANSACTION inside fn,
+// A stale holder runs START TRANSACTION inside fn,
 // a newer holder claims and writes, then the stale holder writes. The stale
 // write must not land, and the stale Do must not return nil.
 func TestStartTransactionInFnCannotLetAStaleWriteLand(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // the key, so a late statement of the previous holder runs inside the next
 // holder's fenced transaction and commits with it: a stale holder's write
 // lands.
-func TestReviewRelayStaleTxRefDoesNotLand(t *testing.T) {
+func TestRelayStaleTxRefDoesNotLand(t *testing.T) {
 	for _, relay := range []bool{false, true} {
 		name := "pool"
 		if relay {

@@ -16,7 +16,7 @@ import (
 // statement prepared by the callers of a hot key stays open on the server
 // (and in the sql.Tx) for as long as the chain of relayed transactions
 // lasts, toward max_prepared_stmt_count, which is server-wide.
-func TestReviewRelayPreparedStmtsClosedAtCommit(t *testing.T) {
+func TestRelayPreparedStmtsClosedAtCommit(t *testing.T) {
 	for _, relay := range []bool{false, true} {
 		t.Run(fmt.Sprintf("relay=%v", relay), func(t *testing.T) {
 			e := newEnv(t, envConfig{guard: &guard.Options{RelayConns: relay, HandOffAtClaim: true}})
