@@ -17,6 +17,7 @@ type attempt struct {
 	k     lockKeys
 	id    string // acquisition id; also the queue entry's id
 	owner string
+	lease *leaseSpec
 	// leaving is set once the queue clean-up (leave) has been handed to the
 	// background.
 	leaving bool
@@ -44,8 +45,8 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 	var res []any
 	gaveUp, err := l.do(ctx, func() error {
 		var err error
-		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, l.args.lease,
-			l.args.tokenTTL, l.args.waiter, l.args.waiter, tryArg, l.args.pubcmd).Slice()
+		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, a.lease.ttlArg,
+			l.args.tokenTTL, l.args.waiter, a.lease.handoffArg, tryArg, l.args.pubcmd).Slice()
 		return err
 	}, a.leave)
 	if gaveUp {
@@ -83,7 +84,7 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 // the hand-off lease: the lock was handed to this waiter before the call, and
 // its lease is shorter than a fresh grant's.
 func (a *attempt) handedOver(r acquireResult) bool {
-	return r.pttl >= 0 && r.pttl < a.l.opt.LeaseTTL
+	return r.pttl >= 0 && r.pttl < a.lease.ttl
 }
 
 func (a *attempt) try(ctx context.Context) (*Lock, error) {
@@ -116,7 +117,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	}
 	// lastDenied is when the last "not granted" answer was requested: any
 	// hand-off to us happened after it, so its lease runs at least until
-	// lastDenied + WaiterTimeout.
+	// lastDenied + the hand-off lease.
 	lastDenied := sent
 	recheckNow := false
 	if !w.subscribed {
@@ -138,7 +139,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 		timer.Reset(d)
 		select {
 		case tok := <-w.grant:
-			return a.finish(ctx, tok, lastDenied.Add(l.opt.WaiterTimeout), true)
+			return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
 		case <-ctx.Done():
 			return nil, a.giveUp(ctx, ctx.Err())
 		case <-l.closing:
@@ -201,7 +202,7 @@ func (a *attempt) leave() {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
 	defer cancel()
-	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Err()
+	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, a.lease.ttlArg).Err()
 	if err != nil {
 		l.opt.Logger.Warn("redislock: leaving the queue failed; the entry expires by itself",
 			"key", a.key, "err", err)
@@ -211,8 +212,8 @@ func (a *attempt) leave() {
 // finish turns a grant into a Lock: it undoes the grant when ctx ended or the
 // Locker closed meanwhile, waits for replicas when asked to, and hands the
 // lock to the renewer. deadline is a lower bound of the lease end in Redis;
-// handoff tells that the lease is the short hand-off lease (WaiterTimeout)
-// rather than a full LeaseTTL.
+// handoff tells that the lease is the short hand-off lease rather than a full
+// one.
 func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, handoff bool) (*Lock, error) {
 	l := a.l
 	if err := ctx.Err(); err != nil {
@@ -223,13 +224,14 @@ func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, 
 		return nil, a.giveUp(ctx, ErrClosed)
 	default:
 	}
-	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, done: make(chan struct{})}
+	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, lease: a.lease,
+		done: make(chan struct{})}
 	if l.opt.MinReplicas > 0 {
 		sent, err := a.awaitReplicas(ctx)
 		if err != nil {
 			return nil, a.giveUp(ctx, err)
 		}
-		deadline, handoff = sent.Add(l.opt.LeaseTTL), false
+		deadline, handoff = sent.Add(a.lease.ttl), false
 	}
 	l.renew.add(lk, deadline, handoff)
 	return lk, nil
@@ -244,7 +246,7 @@ func (a *attempt) awaitReplicas(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	keys, args := []string{a.k.lock}, []any{l.ms(l.opt.LeaseTTL), a.id}
+	keys, args := []string{a.k.lock}, []any{a.lease.ttlArg, a.id}
 	run := func(useEval bool) (time.Time, *redis.Cmd, *redis.Cmd, error) {
 		pipe := c.Pipeline()
 		var renew *redis.Cmd

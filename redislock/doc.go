@@ -25,7 +25,8 @@
 //
 // # Leases
 //
-// A held lock is renewed in the background every LeaseTTL/3. When renewal
+// A held lock is renewed in the background every LeaseTTL/3, or a third of
+// its own lease when it was acquired with [WithLease]. When renewal
 // finds the lock gone, or cannot reach Redis before the lease ends,
 // [Lock.Done] is closed and [Lock.Err] returns [ErrLost]: the holder must stop
 // acting on the lock.

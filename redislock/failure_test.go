@@ -47,7 +47,7 @@ func TestDeadWaiterDoesNotStallQueue(t *testing.T) {
 	ctx := testCtx(t)
 	holder := mustLock(t, l, "dead-waiter")
 	// A waiter from a process that dies right after queueing.
-	dead := &attempt{l: l, key: "dead-waiter", k: l.keys("dead-waiter"), id: "dead.1", owner: "dead.1"}
+	dead := &attempt{l: l, key: "dead-waiter", k: l.keys("dead-waiter"), id: "dead.1", owner: "dead.1", lease: l.defLease}
 	if r, _, err := dead.call(ctx, false); err != nil || r.granted {
 		t.Fatalf("dead waiter enqueue: %+v %v", r, err)
 	}

@@ -92,7 +92,7 @@ func TestOnlyOwnerCanUnlockOrRenew(t *testing.T) {
 	lk := mustLock(t, l, "own", WithOwner("alice"))
 	ctx := testCtx(t)
 	// Another acquisition id of another owner, as another process would have.
-	forged := &Lock{l: l, key: lk.key, k: lk.k, id: "intruder.1", owner: "mallory", token: lk.token, done: make(chan struct{})}
+	forged := &Lock{l: l, key: lk.key, k: lk.k, id: "intruder.1", owner: "mallory", token: lk.token, lease: lk.lease, done: make(chan struct{})}
 	if err := forged.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("unlock by non-owner: %v, want ErrNotHeld", err)
 	}

@@ -59,16 +59,17 @@ func newRenewer(l *Locker) *renewer {
 }
 
 // add starts renewing lk, whose lease ends no earlier than deadline. A full
-// lease (LeaseTTL) is first renewed once a third of it has passed. A lock
-// handed over by message still has the short hand-off lease (WaiterTimeout),
-// whose start is known only as a lower bound (the last "not granted" request
-// of the waiter); it is renewed WaiterTimeout/2 before that bound runs out,
+// lease is first renewed once a third of it has passed. A lock handed over by
+// message still has the short hand-off lease (WaiterTimeout, or the lock's
+// own lease when shorter), whose start is known only as a lower bound (the
+// last "not granted" request of the waiter); it is renewed half a hand-off
+// lease before that bound runs out,
 // which leaves the renewal as much time to get through and spares locks held
 // briefly any renewal at all.
 func (r *renewer) add(lk *Lock, deadline time.Time, handoff bool) {
-	margin := r.l.opt.LeaseTTL * 2 / 3
+	margin := lk.lease.ttl * 2 / 3
 	if handoff {
-		margin = r.l.opt.WaiterTimeout / 2
+		margin = lk.lease.handoff / 2
 	}
 	r.mu.Lock()
 	lk.deadline = deadline
@@ -129,13 +130,13 @@ func (r *renewer) stop() []*Lock {
 // lossGuard is how long before the lower bound of its lease end a lock is
 // declared lost, so that timer latency does not let Done close after the
 // lease may have ended in Redis.
-func (r *renewer) lossGuard() time.Duration {
-	return min(5*time.Millisecond, r.l.opt.WaiterTimeout/8)
+func lossGuard(lk *Lock) time.Duration {
+	return min(5*time.Millisecond, lk.lease.handoff/8)
 }
 
 // lossAt is when lk is declared lost unless a renewal confirms it first.
 // Callers hold r.mu.
-func (r *renewer) lossAt(lk *Lock) time.Time { return lk.deadline.Add(-r.lossGuard()) }
+func (r *renewer) lossAt(lk *Lock) time.Time { return lk.deadline.Add(-lossGuard(lk)) }
 
 func (r *renewer) loop() {
 	defer close(r.done)
@@ -199,13 +200,11 @@ func (r *renewer) expire(now time.Time) {
 // call already. Whatever falls due soon is renewed early along with them, so
 // that renewals of locks taken at different moments share one call.
 func (r *renewer) startDue(now time.Time) {
-	lease := r.l.opt.LeaseTTL
-	soon := now.Add(lease / 6)
 	var due []*Lock
 	anyDue := false
 	r.mu.Lock()
 	for lk, c := range r.locks {
-		if lk.renewAt.Before(soon) && !now.Before(c.until) {
+		if lk.renewAt.Before(now.Add(lk.lease.ttl/6)) && !now.Before(c.until) {
 			due = append(due, lk)
 			anyDue = anyDue || !lk.renewAt.After(now)
 		}
@@ -214,13 +213,18 @@ func (r *renewer) startDue(now time.Time) {
 	if !anyDue {
 		return
 	}
-	groups := map[int][]*Lock{}
+	// One call renews locks of one slot and one lease length.
+	type group struct {
+		slot  int
+		lease time.Duration
+	}
+	groups := map[group][]*Lock{}
 	for _, lk := range due {
-		slot := 0
+		g := group{lease: lk.lease.ttl}
 		if r.l.cluster {
-			slot = hashSlot(lk.k.lock)
+			g.slot = hashSlot(lk.k.lock)
 		}
-		groups[slot] = append(groups[slot], lk)
+		groups[g] = append(groups[g], lk)
 	}
 	for _, g := range groups {
 		for len(g) > 0 {
@@ -247,19 +251,19 @@ func maxTime(t, u time.Time) time.Time {
 	return t
 }
 
-// renew starts one script call renewing locks, all in one hash slot. Its
-// reply goes to the loop.
+// renew starts one script call renewing locks, all in one hash slot and with
+// the same lease. Its reply goes to the loop.
 func (r *renewer) renew(locks []*Lock) {
-	l := r.l
+	lease := locks[0].lease
 	keys := make([]string, len(locks))
 	args := make([]any, 1, len(locks)+1)
-	args[0] = l.ms(l.opt.LeaseTTL)
+	args[0] = lease.ttlArg
 	r.mu.Lock()
 	r.seq++
 	seq := r.seq
 	// Waiting for Redis past the first lease end is useless: that lock is
 	// lost by then, and the others go out again.
-	earliest := time.Now().Add(l.opt.LeaseTTL)
+	earliest := time.Now().Add(lease.ttl)
 	for _, lk := range locks {
 		earliest = minTime(earliest, lk.deadline)
 	}
@@ -284,7 +288,7 @@ func (r *renewer) renew(locks []*Lock) {
 			cancel()
 		}()
 		rep := renewReply{seq: seq, locks: locks, sent: time.Now()}
-		rep.res, rep.err = scriptRenew.Run(ctx, l.rdb, keys, args...).Int64Slice()
+		rep.res, rep.err = scriptRenew.Run(ctx, r.l.rdb, keys, args...).Int64Slice()
 		select {
 		case r.replies <- rep:
 		case <-r.quit:
@@ -294,7 +298,6 @@ func (r *renewer) renew(locks []*Lock) {
 
 // apply records the outcome of a renewal call.
 func (r *renewer) apply(rep renewReply) {
-	lease := r.l.opt.LeaseTTL
 	res, err := rep.res, rep.err
 	if err == nil && len(res) != len(rep.locks) {
 		err = fmt.Errorf("redislock: renew returned %d results for %d locks", len(res), len(rep.locks))
@@ -314,11 +317,11 @@ func (r *renewer) apply(rep renewReply) {
 		case err != nil:
 			lk.lastErr = err
 			if current {
-				lk.renewAt = time.Now().Add(max(lease/30, time.Millisecond))
+				lk.renewAt = time.Now().Add(max(lk.lease.ttl/30, time.Millisecond))
 			}
 		case res[i] == 1:
-			if end := rep.sent.Add(lease); end.After(lk.deadline) {
-				lk.deadline, lk.renewAt = end, rep.sent.Add(lease/3)
+			if end := rep.sent.Add(lk.lease.ttl); end.After(lk.deadline) {
+				lk.deadline, lk.renewAt = end, rep.sent.Add(lk.lease.ttl/3)
 			}
 			lk.lastErr = nil
 		default:

@@ -16,7 +16,7 @@ func TestUnlockRetryAfterManyReleases(t *testing.T) {
 	a := mustLock(t, l, "busy")
 	// The release applies but its reply is lost.
 	l.renew.remove(a)
-	n, err := scriptUnlock.Run(ctx, rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, l.args.lease).Int64()
+	n, err := scriptUnlock.Run(ctx, rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, a.lease.ttlArg).Int64()
 	if err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
