@@ -23,8 +23,10 @@ type attempt struct {
 	leaving bool
 }
 
-// The try flag of acquire.lua, boxed once.
-var argWait, argTry any = "0", "1"
+// The mode argument of acquire.lua, boxed once: a re-check of a waiting Lock,
+// TryLock, the first call of a waiting Lock (whose id is new, so it is not
+// queued yet).
+var argRecheck, argTry, argFirst any = "0", "1", "2"
 
 type acquireResult struct {
 	granted bool
@@ -33,20 +35,16 @@ type acquireResult struct {
 	head    bool          // not granted, first in the queue
 }
 
-// call runs acquire.lua once; sent is when the request left, a lower bound for
-// when Redis ran it.
-func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent time.Time, err error) {
+// call runs acquire.lua once in mode (argRecheck, argTry or argFirst); sent
+// is when the request left, a lower bound for when Redis ran it.
+func (a *attempt) call(ctx context.Context, mode any) (r acquireResult, sent time.Time, err error) {
 	l := a.l
-	tryArg := argWait
-	if try {
-		tryArg = argTry
-	}
 	sent = time.Now()
 	var res []any
 	gaveUp, err := l.do(ctx, func() error {
 		var err error
 		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, a.lease.ttlArg,
-			l.args.tokenTTL, l.args.waiter, a.lease.handoffArg, tryArg, l.args.pubcmd).Slice()
+			l.args.tokenTTL, l.args.waiter, a.lease.handoffArg, mode, l.args.pubcmd).Slice()
 		return err
 	}, a.leave)
 	if gaveUp {
@@ -88,7 +86,7 @@ func (a *attempt) handedOver(r acquireResult) bool {
 }
 
 func (a *attempt) try(ctx context.Context) (*Lock, error) {
-	r, sent, err := a.call(ctx, true)
+	r, sent, err := a.call(ctx, argTry)
 	if err != nil {
 		// The request may have applied with its reply lost: release a grant
 		// rather than leave it to its lease.
@@ -108,7 +106,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	w := s.register(a.id, a.k.ch)
 	defer s.unregister(w)
 
-	r, sent, err := a.call(ctx, false)
+	r, sent, err := a.call(ctx, argFirst)
 	if err != nil {
 		return nil, a.giveUp(ctx, a.callErr(ctx, err))
 	}
@@ -146,7 +144,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 			return nil, a.giveUp(ctx, ErrClosed)
 		case <-timer.C:
 		}
-		r, sent, err = a.call(ctx, false)
+		r, sent, err = a.call(ctx, argRecheck)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.giveUp(ctx, ctx.Err())

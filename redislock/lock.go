@@ -81,9 +81,10 @@ func (lk *Lock) end(s lockState, err error) bool {
 // passes directly to the first waiter. Renewal stops before the request is
 // sent. It returns ErrNotHeld when the lock had already been lost. Unlock may
 // be retried after an error: a retry of a release that did apply returns nil
-// when it comes within Options.LeaseTTL (or WithLease) of the release and fewer than 128
-// other acquisitions of the key were released in between (Redis keeps a few
-// KB of released ids per key for that); later it may return ErrNotHeld.
+// when it comes within Options.LeaseTTL (or WithLease) of the release and
+// fewer than 128 other acquisitions of the key were released in between
+// (Redis keeps the last released ids of each key for that, see
+// KeyNames.Released); later it may return ErrNotHeld.
 // When ctx ends before Redis answers, Unlock returns an error wrapping
 // ctx.Err() at once and the request finishes in the background (Close waits
 // for it). After the Locker closed it returns ErrClosed.

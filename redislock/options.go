@@ -36,8 +36,7 @@ type Options struct {
 	// default: WaiterTimeout/3, at least 1ms
 	RecheckInterval time.Duration
 
-	// TokenTTL is how long the stored token of an unused lock name is kept,
-	// with the released acquisition ids that answer retried unlocks.
+	// TokenTTL is how long the stored token of an unused lock name is kept.
 	// Letting it expire is safe: new tokens are never below the server time in
 	// µs. It only matters for floors raised with RaiseTokenFloor above that
 	// time. At least LeaseTTL.
