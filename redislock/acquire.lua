@@ -39,7 +39,10 @@ elseif held and ARGV[7] == '2' then
     if last[2] and tonumber(last[2]) >= seq then seq = tonumber(last[2]) + 1 end
     redis.call('ZADD', q, seq, id)
     redis.call('HSET', w, id, (math.floor(nowus / 1000) + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner)
-    return {0, '', redis.call('PTTL', lock), last[1] and 0 or 1, seq}
+    -- Only the first waiter uses the holder's lease left (it re-checks when
+    -- the lease ends); the others are told -1, unknown.
+    if last[1] then return {0, '', -1, 0, seq} end
+    return {0, '', redis.call('PTTL', lock), 1, seq}
   end
 end
 

@@ -39,7 +39,7 @@
 // [KeyNamesFor] returns them. When a lock is free and nobody waits only the
 // token key remains, with :rel (the last released acquisitions, which answer
 // retried unlocks) for a lease after the last release; the token key expires
-// after Options.TokenTTL without use. With a
+// after Options.TokenTTL without use. The scripts need Redis 7.0 or later. With a
 // [redis.ClusterClient] the channel is a sharded pub/sub channel
 // (SPUBLISH/SSUBSCRIBE), and a Locker keeps one subscription connection per
 // hash slot it waits on instead of one in all.
