@@ -82,7 +82,7 @@ func (e *env) dropGrant(ctx context.Context, rdb *redis.Client) error {
 	if err != nil {
 		return err
 	}
-	return rdb.Del(ctx, names.Lock, names.Token, names.Queue, names.Waiters).Err()
+	return rdb.Del(ctx, names.Lock, names.Token, names.Queue, names.Waiters, names.Released).Err()
 }
 
 // awaitFree waits until the item's lock has no holder and nobody queued.

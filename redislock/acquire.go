@@ -17,17 +17,16 @@ type attempt struct {
 	k     lockKeys
 	id    string // acquisition id; also the queue entry's id
 	owner string
-	// lease is the acquisition's lease (Options.LeaseTTL or WithLease), and
-	// leaseArg the same in script form.
-	lease    time.Duration
-	leaseArg any
+	lease *leaseSpec
 	// leaving is set once the queue clean-up (leave) has been handed to the
 	// background.
 	leaving bool
 }
 
-// The try flag of acquire.lua, boxed once.
-var argWait, argTry any = "0", "1"
+// The mode argument of acquire.lua, boxed once: a re-check of a waiting Lock,
+// TryLock, the first call of a waiting Lock (whose id is new, so it is not
+// queued yet).
+var argRecheck, argTry, argFirst any = "0", "1", "2"
 
 type acquireResult struct {
 	granted bool
@@ -36,20 +35,16 @@ type acquireResult struct {
 	head    bool          // not granted, first in the queue
 }
 
-// call runs acquire.lua once; sent is when the request left, a lower bound for
-// when Redis ran it.
-func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent time.Time, err error) {
+// call runs acquire.lua once in mode (argRecheck, argTry or argFirst); sent
+// is when the request left, a lower bound for when Redis ran it.
+func (a *attempt) call(ctx context.Context, mode any) (r acquireResult, sent time.Time, err error) {
 	l := a.l
-	tryArg := argWait
-	if try {
-		tryArg = argTry
-	}
 	sent = time.Now()
 	var res []any
 	gaveUp, err := l.do(ctx, func() error {
 		var err error
-		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, a.leaseArg,
-			l.args.tokenTTL, l.args.waiter, l.args.waiter, tryArg, l.args.pubcmd).Slice()
+		res, err = scriptAcquire.Run(ctx, l.rdb, a.k.all(), a.id, a.owner, a.lease.ttlArg,
+			l.args.tokenTTL, l.args.waiter, a.lease.handoffArg, mode, l.args.pubcmd).Slice()
 		return err
 	}, a.leave)
 	if gaveUp {
@@ -87,11 +82,11 @@ func (a *attempt) call(ctx context.Context, try bool) (r acquireResult, sent tim
 // the hand-off lease: the lock was handed to this waiter before the call, and
 // its lease is shorter than a fresh grant's.
 func (a *attempt) handedOver(r acquireResult) bool {
-	return r.pttl >= 0 && r.pttl < a.lease
+	return r.pttl >= 0 && r.pttl < a.lease.ttl
 }
 
 func (a *attempt) try(ctx context.Context) (*Lock, error) {
-	r, sent, err := a.call(ctx, true)
+	r, sent, err := a.call(ctx, argTry)
 	if err != nil {
 		// The request may have applied with its reply lost: release a grant
 		// rather than leave it to its lease.
@@ -111,7 +106,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	w := s.register(a.id, a.k.ch)
 	defer s.unregister(w)
 
-	r, sent, err := a.call(ctx, false)
+	r, sent, err := a.call(ctx, argFirst)
 	if err != nil {
 		return nil, a.giveUp(ctx, a.callErr(ctx, err))
 	}
@@ -120,7 +115,7 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	}
 	// lastDenied is when the last "not granted" answer was requested: any
 	// hand-off to us happened after it, so its lease runs at least until
-	// lastDenied + WaiterTimeout.
+	// lastDenied + the hand-off lease.
 	lastDenied := sent
 	recheckNow := false
 	if !w.subscribed {
@@ -142,14 +137,14 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 		timer.Reset(d)
 		select {
 		case tok := <-w.grant:
-			return a.finish(ctx, tok, lastDenied.Add(l.opt.WaiterTimeout), true)
+			return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
 		case <-ctx.Done():
 			return nil, a.giveUp(ctx, ctx.Err())
 		case <-l.closing:
 			return nil, a.giveUp(ctx, ErrClosed)
 		case <-timer.C:
 		}
-		r, sent, err = a.call(ctx, false)
+		r, sent, err = a.call(ctx, argRecheck)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, a.giveUp(ctx, ctx.Err())
@@ -205,7 +200,7 @@ func (a *attempt) leave() {
 	l := a.l
 	ctx, cancel := context.WithTimeout(context.Background(), l.opt.WaiterTimeout)
 	defer cancel()
-	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, a.leaseArg).Err()
+	err := scriptLeave.Run(ctx, l.rdb, a.k.all(), a.id, l.args.tokenTTL, l.args.pubcmd, a.lease.ttlArg).Err()
 	if err != nil {
 		l.opt.Logger.Warn("redislock: leaving the queue failed; the entry expires by itself",
 			"key", a.key, "err", err)
@@ -215,8 +210,8 @@ func (a *attempt) leave() {
 // finish turns a grant into a Lock: it undoes the grant when ctx ended or the
 // Locker closed meanwhile, waits for replicas when asked to, and hands the
 // lock to the renewer. deadline is a lower bound of the lease end in Redis;
-// handoff tells that the lease is the short hand-off lease (WaiterTimeout)
-// rather than a full LeaseTTL.
+// handoff tells that the lease is the short hand-off lease rather than a full
+// one.
 func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, handoff bool) (*Lock, error) {
 	l := a.l
 	if err := ctx.Err(); err != nil {
@@ -227,14 +222,14 @@ func (a *attempt) finish(ctx context.Context, token uint64, deadline time.Time, 
 		return nil, a.giveUp(ctx, ErrClosed)
 	default:
 	}
-	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, done: make(chan struct{}),
-		lease: a.lease, leaseArg: a.leaseArg}
+	lk := &Lock{l: l, key: a.key, k: a.k, id: a.id, owner: a.owner, token: token, lease: a.lease,
+		done: make(chan struct{})}
 	if l.opt.MinReplicas > 0 {
 		sent, err := a.awaitReplicas(ctx)
 		if err != nil {
 			return nil, a.giveUp(ctx, err)
 		}
-		deadline, handoff = sent.Add(a.lease), false
+		deadline, handoff = sent.Add(a.lease.ttl), false
 	}
 	l.renew.add(lk, deadline, handoff)
 	return lk, nil
@@ -249,7 +244,7 @@ func (a *attempt) awaitReplicas(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	keys, args := []string{a.k.lock}, []any{l.ms(a.lease), a.id}
+	keys, args := []string{a.k.lock}, []any{a.lease.ttlArg, a.id}
 	run := func(useEval bool) (time.Time, *redis.Cmd, *redis.Cmd, error) {
 		pipe := c.Pipeline()
 		var renew *redis.Cmd

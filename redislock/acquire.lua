@@ -1,6 +1,8 @@
--- acquire.lua: KEYS[1..5] lock, token, q, w, ch (layout in lib_lock.lua, lib_token.lua, lib_queue.lua)
+-- acquire.lua: KEYS[1..6] lock, token, q, w, ch, rel (layout in lib_lock.lua, lib_token.lua, lib_queue.lua;
+--   rel is not used)
 --   ARGV[1] acquisition id, ARGV[2] owner, ARGV[3] lease ms, ARGV[4] token TTL ms,
---   ARGV[5] waiter timeout ms, ARGV[6] hand-off lease ms, ARGV[7] "1" = try only,
+--   ARGV[5] waiter timeout ms, ARGV[6] hand-off lease ms,
+--   ARGV[7] "1" = try only, "2" = first call of a waiting Lock, "0" = a later one,
 --   ARGV[8] publish command (PUBLISH or SPUBLISH)
 -- => {1, token, lease ms left}          granted (new, reentrant, or handed over earlier)
 --    {0, "", ms, head[, seq]}           not granted; ms = holder's lease left (-1 unknown),
@@ -9,27 +11,38 @@
 --    {-1, "", -1}                       not granted and out of the queue: the stored token
 --                                       is 2^64-1, no larger one can be minted
 -- A waiter calls it again on every re-check: that call is also its heartbeat.
--- The fast path (free lock, nobody queued, stored token below 2^53) comes
--- first and returns before the helpers of the other cases are even defined.
+-- The fast paths (free lock, nobody queued, stored token below 2^53; a new
+-- waiter joining the queue of a held lock) come first and return before the
+-- helpers of the other cases are even defined.
 local lock, token_key, q, w, ch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, owner = ARGV[1], ARGV[2]
 local held = redis.call('GET', lock)
 if not held and redis.call('EXISTS', q) == 0 then
-  -- Only the token's digits are read and, mostly, overwritten in place: the
-  -- released ids after them (see lib_token.lua) run to a few KB on a busy key.
-  local stored = string.match(redis.call('GETRANGE', token_key, 0, 20), '^%d*')
+  local stored = string.match(redis.call('GET', token_key) or '', '^%d*')
   if #stored < 16 or (#stored == 16 and stored < '9007199254740992') then
     local t = redis.call('TIME')
     local tok = string.format('%.0f', math.max((tonumber(stored) or 0) + 1, t[1] * 1000000 + t[2]))
-    if #tok == #stored then
-      redis.call('SETRANGE', token_key, 0, tok)
-      redis.call('PEXPIRE', token_key, ARGV[4])
-    else -- absent, malformed, or the token grows a digit
-      local v = redis.call('GET', token_key)
-      redis.call('SET', token_key, tok .. (v and string.match(v, '^%d+(.*)$') or ''), 'PX', ARGV[4])
-    end
+    redis.call('SET', token_key, tok, 'PX', ARGV[4])
     redis.call('SET', lock, tok .. '|' .. id .. '|' .. owner, 'PX', ARGV[3])
     return {1, tok, tonumber(ARGV[3])}
+  end
+elseif held and ARGV[7] == '2' then
+  -- The first call of a waiting Lock, on a lock another owner holds: the
+  -- caller's id is new, so it only joins the back of the queue. Dead
+  -- entries ahead of it are left to the next hand-off or re-check.
+  local holder = string.match(held, '^%d+|[^|]*|(.*)$')
+  if holder and holder ~= owner then
+    local t = redis.call('TIME')
+    local nowus = t[1] * 1000000 + t[2]
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local seq = nowus
+    if last[2] and tonumber(last[2]) >= seq then seq = tonumber(last[2]) + 1 end
+    redis.call('ZADD', q, seq, id)
+    redis.call('HSET', w, id, (math.floor(nowus / 1000) + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner)
+    -- Only the first waiter uses the holder's lease left (it re-checks when
+    -- the lease ends); the others are told -1, unknown.
+    if last[1] then return {0, '', -1, 0, seq} end
+    return {0, '', redis.call('PTTL', lock), 1, seq}
   end
 end
 

@@ -75,7 +75,7 @@ func TestGrantRacingCancelIsPassedOn(t *testing.T) {
 	// still on the way), then cancel it: the grant and the cancel race.
 	l.renew.remove(holder)
 	k := holder.k
-	keys := []string{k.lock, k.token, k.q, k.w, k.ch + ":elsewhere"}
+	keys := []string{k.lock, k.token, k.q, k.w, k.ch + ":elsewhere", k.rel}
 	if n, err := scriptUnlock.Run(ctx, rdb, keys, holder.id, 60000, "PUBLISH").Int64(); err != nil || n != 1 {
 		t.Fatalf("unlock: %d %v", n, err)
 	}

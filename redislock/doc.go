@@ -25,19 +25,21 @@
 //
 // # Leases
 //
-// A held lock is renewed in the background every LeaseTTL/3 ([WithLease]
-// gives one acquisition a lease of its own). When renewal
+// A held lock is renewed in the background every LeaseTTL/3, or a third of
+// its own lease when it was acquired with [WithLease]. When renewal
 // finds the lock gone, or cannot reach Redis before the lease ends,
 // [Lock.Done] is closed and [Lock.Err] returns [ErrLost]: the holder must stop
 // acting on the lock.
 //
 // # Redis layout
 //
-// Every lock uses four keys and one channel sharing a hash slot, all under
-// Options.Prefix: <prefix>:{<key>}:lock, :token, :q, :w and :ch, or
+// Every lock uses five keys and one channel sharing a hash slot, all under
+// Options.Prefix: <prefix>:{<key>}:lock, :token, :q, :w, :rel and :ch, or
 // <prefix>:#{<hex digest of key>}:... when the key contains '{' or '}';
 // [KeyNamesFor] returns them. When a lock is free and nobody waits only the
-// token key remains; it expires after Options.TokenTTL without use. With a
+// token key remains, with :rel (the last released acquisitions, which answer
+// retried unlocks) for a lease after the last release; the token key expires
+// after Options.TokenTTL without use. The scripts need Redis 7.0 or later. With a
 // [redis.ClusterClient] the channel is a sharded pub/sub channel
 // (SPUBLISH/SSUBSCRIBE), and a Locker keeps one subscription connection per
 // hash slot it waits on instead of one in all.

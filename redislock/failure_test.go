@@ -47,8 +47,8 @@ func TestDeadWaiterDoesNotStallQueue(t *testing.T) {
 	ctx := testCtx(t)
 	holder := mustLock(t, l, "dead-waiter")
 	// A waiter from a process that dies right after queueing.
-	dead := &attempt{l: l, key: "dead-waiter", k: l.keys("dead-waiter"), id: "dead.1", owner: "dead.1"}
-	if r, _, err := dead.call(ctx, false); err != nil || r.granted {
+	dead := &attempt{l: l, key: "dead-waiter", k: l.keys("dead-waiter"), id: "dead.1", owner: "dead.1", lease: l.defLease}
+	if r, _, err := dead.call(ctx, argFirst); err != nil || r.granted {
 		t.Fatalf("dead waiter enqueue: %+v %v", r, err)
 	}
 	got := make(chan *Lock, 2)
@@ -77,7 +77,7 @@ func TestDeadWaiterDoesNotStallQueue(t *testing.T) {
 	// A dead waiter that reaches the head while the lock is held is dropped
 	// by the re-checks of the waiters behind it.
 	holder = mustLock(t, l, "dead-waiter")
-	if r, _, err := dead.call(ctx, false); err != nil || r.granted {
+	if r, _, err := dead.call(ctx, argRecheck); err != nil || r.granted {
 		t.Fatalf("dead waiter enqueue: %+v %v", r, err)
 	}
 	go func() {

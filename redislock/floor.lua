@@ -4,7 +4,7 @@
 
 --#include lib_token.lua
 
-local stored, rel = read_token(KEYS[1])
+local stored = read_token(KEYS[1])
 if dec_gt(ARGV[1], stored) then stored = ARGV[1] end
-redis.call('SET', KEYS[1], stored .. rel, 'PX', tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], stored, 'PX', tonumber(ARGV[2]))
 return stored

@@ -109,10 +109,10 @@ func FuzzScripts(f *testing.F) {
 			switch op {
 			case 0, 1, 4, 5: // Lock (0,1,4), TryLock (5)
 				id = a.pending
-				if id == "" {
-					id = l.newID()
-				}
 				try := "0"
+				if id == "" {
+					id, try = l.newID(), "2"
+				}
 				if op == 5 {
 					try, id = "1", l.newID()
 				}
@@ -123,7 +123,7 @@ func FuzzScripts(f *testing.F) {
 				if res[0] == int64(1) {
 					a.pending = ""
 					a.held = append(a.held, id)
-				} else if try == "0" {
+				} else if try != "1" {
 					a.pending = id
 				}
 				freeOK = true

@@ -33,6 +33,9 @@ type LockInfo struct {
 	// StoredTokenTTL is how long the token key lives unless used again; 0
 	// when it is absent, -1 when it has no expiry.
 	StoredTokenTTL time.Duration
+	// Released is how many recent releases are remembered, so that a
+	// retried Unlock of one of them is answered as applied.
+	Released int
 	// Problems describes state the scripts would not leave behind (a
 	// malformed value, a lock without lease, heartbeats of ids not queued).
 	// The scripts tolerate and repair it; it points at another writer of the
@@ -105,7 +108,7 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, prefix, key string)
 // reply itself is not what the script returns.
 func parseInspect(res []any) (LockInfo, error) {
 	var info LockInfo
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return info, fmt.Errorf("unexpected reply %v", res)
 	}
 	nowus, err := strconv.ParseInt(str(res[0]), 10, 64)
@@ -168,6 +171,8 @@ func parseInspect(res []any) (LockInfo, error) {
 	if stray, _ := res[4].(int64); stray > 0 {
 		problem("%d heartbeat entries of ids not in the queue", stray)
 	}
+	released, _ := res[5].(int64)
+	info.Released = int(released)
 	return info, nil
 }
 

@@ -1,6 +1,7 @@
--- inspect.lua: KEYS[1..5] lock, token, q, w, ch (layout in lib_lock.lua, lib_token.lua, lib_queue.lua)
+-- inspect.lua: KEYS[1..6] lock, token, q, w, ch, rel (layout in lib_lock.lua, lib_token.lua,
+--   lib_queue.lua, lib_release.lua)
 --   no ARGV
--- => {now µs, lock, token, queue, stray}
+-- => {now µs, lock, token, queue, stray, released}
 --    lock  = {} when free, else {value, lease ms left, token, acquisition ids, owner};
 --            token, ids and owner are '' when the value is malformed
 --    token = {} when the token key is absent, else {stored token, ms left}
@@ -8,11 +9,12 @@
 --            in FIFO order; deadline, lease and owner are '' when the w entry is
 --            missing or malformed
 --    stray = number of w entries whose id is not in q
+--    released = number of releases remembered for retried unlocks
 -- Reads only, so that an operator sees one consistent state of the lock.
 
 --#include lib_lock.lua lib_token.lua lib_queue.lua
 
-local lock, token_key, q, w = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, token_key, q, w, rel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 
 local held = {}
 local v = redis.call('GET', lock)
@@ -22,10 +24,8 @@ if v then
 end
 
 local stored = {}
-local tv = redis.call('GET', token_key)
-if tv then
-  local tok = split_token(tv)
-  stored = {tok, redis.call('PTTL', token_key)}
+if redis.call('EXISTS', token_key) == 1 then
+  stored = {read_token(token_key), redis.call('PTTL', token_key)}
 end
 
 local queue, known = {}, 0
@@ -39,4 +39,5 @@ for i = 1, #entries, 2 do
     lease and string.format('%.0f', lease) or '', owner or '', raw or ''}
 end
 
-return {string.format('%.0f', now_us()), held, stored, queue, redis.call('HLEN', w) - known}
+return {string.format('%.0f', now_us()), held, stored, queue, redis.call('HLEN', w) - known,
+  redis.call('LLEN', rel)}

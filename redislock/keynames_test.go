@@ -10,7 +10,8 @@ import (
 )
 
 // KeyNamesFor names the keys a lock really uses: the lock and token keys while
-// held, the queue and heartbeats while someone waits, for plain keys and for
+// held, the queue and heartbeats while someone waits, the released record
+// after an Unlock, for plain keys and for
 // keys whose braces force the digested layout.
 func TestKeyNamesAreTheKeysInUse(t *testing.T) {
 	rdb := testenv.Redis(t)
@@ -43,6 +44,9 @@ func TestKeyNamesAreTheKeysInUse(t *testing.T) {
 		}
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if n := rdb.Exists(ctx, names.Token, names.Released).Val(); n != 2 {
+			t.Errorf("%q: %d of token and released keys exist after Unlock, want 2 (%+v)", key, n, names)
 		}
 		if names.Channel == "" || hashSlot(names.Channel) != hashSlot(names.Lock) {
 			t.Errorf("%q: channel %q not in the lock's slot", key, names.Channel)

@@ -30,8 +30,8 @@ func ValidateKey(key string) error {
 
 // lockKeys are the Redis names of one lock, all in one hash slot.
 type lockKeys struct {
-	lock, token, q, w, ch string
-	list                  []string // the five above, as scripts take them; read-only
+	lock, token, q, w, ch, rel string
+	list                       []string // the six above, as scripts take them; read-only
 }
 
 func (k lockKeys) all() []string { return k.list }
@@ -51,15 +51,16 @@ func base(prefix, key string) string {
 
 func keysFor(prefix, key string) lockKeys {
 	b := base(prefix, key)
-	// One allocation for all five names: they are slices of one string.
-	all := b + "lock" + b + "token" + b + "q" + b + "w" + b + "ch"
+	// One allocation for all six names: they are slices of one string.
+	all := b + "lock" + b + "token" + b + "q" + b + "w" + b + "ch" + b + "rel"
 	n := len(b)
 	var k lockKeys
 	k.lock, all = all[:n+4], all[n+4:]
 	k.token, all = all[:n+5], all[n+5:]
 	k.q, all = all[:n+1], all[n+1:]
-	k.w, k.ch = all[:n+1], all[n+1:]
-	k.list = []string{k.lock, k.token, k.q, k.w, k.ch}
+	k.w, all = all[:n+1], all[n+1:]
+	k.ch, k.rel = all[:n+2], all[n+2:]
+	k.list = []string{k.lock, k.token, k.q, k.w, k.ch, k.rel}
 	return k
 }
 
@@ -107,6 +108,9 @@ type KeyNames struct {
 	Queue   string // the waiters in FIFO order
 	Waiters string // the waiters' heartbeats
 	Channel string // where hand-offs are announced
+	// Released records recent releases, so that a retried Unlock of one is
+	// answered as applied; it expires a lease after the last release.
+	Released string
 }
 
 // KeyNamesFor returns the Redis names a Locker with Options.Prefix prefix
@@ -125,5 +129,5 @@ func KeyNamesFor(prefix, key string) (KeyNames, error) {
 		return KeyNames{}, err
 	}
 	k := keysFor(prefix, key)
-	return KeyNames{Lock: k.lock, Token: k.token, Queue: k.q, Waiters: k.w, Channel: k.ch}, nil
+	return KeyNames{Lock: k.lock, Token: k.token, Queue: k.q, Waiters: k.w, Channel: k.ch, Released: k.rel}, nil
 }

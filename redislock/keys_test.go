@@ -53,7 +53,8 @@ func TestKeyLayoutSharesOneSlot(t *testing.T) {
 		t.Errorf("names collide: %q %q %q", a.lock, b.lock, plain.lock)
 	}
 	if k := keysFor("p", "x"); k.lock != "p:{x}:lock" || k.token != "p:{x}:token" || k.q != "p:{x}:q" ||
-		k.w != "p:{x}:w" || k.ch != "p:{x}:ch" || !slices.Equal(k.all(), []string{k.lock, k.token, k.q, k.w, k.ch}) {
+		k.w != "p:{x}:w" || k.ch != "p:{x}:ch" || k.rel != "p:{x}:rel" ||
+		!slices.Equal(k.all(), []string{k.lock, k.token, k.q, k.w, k.ch, k.rel}) {
 		t.Errorf("layout changed: %+v", k)
 	}
 }

@@ -1,117 +1,148 @@
 package redislock
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redfence/redfence/internal/testenv"
 )
 
-func lockPTTL(t *testing.T, l *Locker, key string) time.Duration {
+// leaseLeft returns the lease Redis shows for key's lock.
+func leaseLeft(t testing.TB, rdb redis.UniversalClient, l *Locker, key string) time.Duration {
 	t.Helper()
-	d, err := l.rdb.PTTL(context.Background(), l.keys(key).lock).Result()
+	d, err := rdb.PTTL(testCtx(t), l.keys(key).lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-// WithLease is the lease the lock is granted with and renewed to; other
-// locks of the Locker keep Options.LeaseTTL.
-func TestWithLeaseIsTheLockLease(t *testing.T) {
-	l := newTestLocker(t, testenv.Redis(t), &Options{LeaseTTL: 10 * time.Second})
-	short := mustLock(t, l, "short", WithLease(600*time.Millisecond))
-	defer mustUnlock(t, short)
-	long := mustLock(t, l, "long")
-	defer mustUnlock(t, long)
-	if d := lockPTTL(t, l, "short"); d <= 0 || d > 600*time.Millisecond {
-		t.Fatalf("PTTL with WithLease(600ms) = %v", d)
+func TestWithLeaseIsTheLeaseInRedis(t *testing.T) {
+	rdb := testenv.Redis(t)
+	l := newTestLocker(t, rdb, &Options{LeaseTTL: 30 * time.Second})
+	for _, tc := range []struct {
+		name string
+		try  bool
+		d    time.Duration
+	}{{"Lock", false, 2 * time.Second}, {"TryLock", true, 700 * time.Millisecond}, {"longer", false, time.Minute}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lk *Lock
+			var err error
+			if tc.try {
+				lk, err = l.TryLock(testCtx(t), tc.name, WithLease(tc.d))
+			} else {
+				lk, err = l.Lock(testCtx(t), tc.name, WithLease(tc.d))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mustUnlock(t, lk)
+			if got := leaseLeft(t, rdb, l, tc.name); got > tc.d || got < tc.d-500*time.Millisecond {
+				t.Fatalf("PTTL %v, want about %v", got, tc.d)
+			}
+		})
 	}
-	if d := lockPTTL(t, l, "long"); d < 5*time.Second {
-		t.Fatalf("PTTL of the Locker's lease = %v, want about 10s", d)
-	}
-	// Three leases later the short lock is still held: it was renewed, to
-	// its own lease.
-	time.Sleep(1800 * time.Millisecond) // what is tested is the passing of time
+}
+
+// A short lease is renewed like a default one: the lock outlives it many
+// times over while its holder is alive.
+func TestWithLeaseIsRenewed(t *testing.T) {
+	rdb := testenv.Redis(t)
+	l := newTestLocker(t, rdb, nil)
+	d := 150 * time.Millisecond
+	lk := mustLock(t, l, "renewed", WithLease(d))
+	time.Sleep(5 * d) // what is tested is the passing of time
 	select {
-	case <-short.Done():
-		t.Fatalf("lock with a 600ms lease lost: %v", short.Err())
+	case <-lk.Done():
+		t.Fatalf("lock lost: %v", lk.Err())
 	default:
 	}
-	if d := lockPTTL(t, l, "short"); d <= 0 || d > 600*time.Millisecond {
-		t.Fatalf("PTTL after renewals = %v, want within (0, 600ms]", d)
+	if got := leaseLeft(t, rdb, l, "renewed"); got <= 0 || got > d {
+		t.Fatalf("PTTL %v after %v, want within (0, %v]", got, 5*d, d)
 	}
+	mustUnlock(t, lk)
 }
 
-// A lock handed over to a waiter starts with the hand-off lease and is then
-// renewed to the waiter's own lease.
-func TestWithLeaseAfterHandOff(t *testing.T) {
-	opt := &Options{Prefix: testenv.Prefix(t), LeaseTTL: 2 * time.Second, WaiterTimeout: 200 * time.Millisecond, RecheckInterval: 50 * time.Millisecond}
+// A lock handed to a waiter gets the waiter's lease, not its last holder's:
+// first the hand-off lease (the shorter of the lease and WaiterTimeout), then,
+// once renewed, the waiter's full lease.
+func TestWithLeaseHandOffGetsTheWaitersLease(t *testing.T) {
 	rdb := testenv.Redis(t)
-	holder := newTestLocker(t, rdb, opt)
-	waiter := newTestLocker(t, rdb, opt)
-	first := mustLock(t, holder, "k")
-	got := make(chan *Lock, 1)
-	go func() {
-		lk, err := waiter.Lock(testCtx(t), "k", WithLease(6*time.Second))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
-	queued := time.Now().Add(5 * time.Second)
-	for rdb.ZCard(context.Background(), holder.keys("k").q).Val() != 1 {
-		if time.Now().After(queued) {
-			t.Fatal("the waiter never queued")
-		}
-		time.Sleep(5 * time.Millisecond) // polling Redis for the queue entry
-	}
-	mustUnlock(t, first)
-	lk := <-got
-	if lk == nil {
-		t.FailNow()
-	}
-	defer mustUnlock(t, lk)
-	deadline := time.Now().Add(3 * time.Second)
-	for lockPTTL(t, waiter, "k") <= opt.LeaseTTL {
-		if time.Now().After(deadline) {
-			t.Fatalf("PTTL %v 3s after the hand-off, want the waiter's own 6s lease", lockPTTL(t, waiter, "k"))
-		}
-		time.Sleep(20 * time.Millisecond) // polling Redis for the renewal
+	opt := &Options{LeaseTTL: 30 * time.Second, WaiterTimeout: 900 * time.Millisecond, RecheckInterval: 300 * time.Millisecond}
+	l := newTestLocker(t, rdb, opt)
+	for _, tc := range []struct {
+		name           string
+		lease, handoff time.Duration
+	}{{"shorter", 400 * time.Millisecond, 400 * time.Millisecond}, {"longer", 20 * time.Second, 900 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "handoff-" + tc.name
+			holder := mustLock(t, l, key, WithLease(10*time.Second))
+			res := make(chan lockOutcome, 1)
+			go func() {
+				lk, err := l.Lock(testCtx(t), key, WithLease(tc.lease))
+				res <- lockOutcome{lk, err}
+			}()
+			waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(queue(t, rdb, l, key)) == 1 })
+			mustUnlock(t, holder)
+			out := <-res
+			if out.err != nil {
+				t.Fatal(out.err)
+			}
+			defer mustUnlock(t, out.lk)
+			if got := leaseLeft(t, rdb, l, key); got <= 0 || got > tc.handoff {
+				t.Fatalf("PTTL %v after the hand-off, want within (0, %v]", got, tc.handoff)
+			}
+			// Renewed to the waiter's own lease before the hand-off lease ends.
+			waitFor(t, 2*tc.handoff, "renewal", func() bool {
+				return leaseLeft(t, rdb, l, key) > tc.lease-tc.lease/3-50*time.Millisecond
+			})
+			time.Sleep(2 * tc.handoff)
+			if err := out.lk.Err(); err != nil {
+				t.Fatalf("lock lost after the hand-off: %v", err)
+			}
+			if got := leaseLeft(t, rdb, l, key); got <= 0 || got > tc.lease {
+				t.Fatalf("PTTL %v, want within (0, %v]", got, tc.lease)
+			}
+		})
 	}
 }
 
-// Reentrant acquisitions with leases of their own: renewing the shorter one
-// never shortens the lock's lease in Redis.
+// A reentrant acquisition with a shorter lease does not shorten the lock's
+// lease under the acquisition that holds it longer.
 func TestWithLeaseReentryNeverShortens(t *testing.T) {
-	l := newTestLocker(t, testenv.Redis(t), nil)
-	short := mustLock(t, l, "k", WithOwner("job-1"), WithLease(150*time.Millisecond))
-	defer mustUnlock(t, short)
-	long := mustLock(t, l, "k", WithOwner("job-1"), WithLease(8*time.Second))
-	defer mustUnlock(t, long)
-	time.Sleep(600 * time.Millisecond) // several renewals of the short acquisition
-	if d := lockPTTL(t, l, "k"); d < 5*time.Second {
-		t.Fatalf("PTTL %v after renewals of the 150ms acquisition, want the 8s lease kept", d)
+	rdb := testenv.Redis(t)
+	l := newTestLocker(t, rdb, nil)
+	long := mustLock(t, l, "reentry", WithOwner("job"), WithLease(10*time.Second))
+	short := mustLock(t, l, "reentry", WithOwner("job"), WithLease(60*time.Millisecond))
+	time.Sleep(300 * time.Millisecond) // several renewals of the short one
+	if got := leaseLeft(t, rdb, l, "reentry"); got < 9*time.Second {
+		t.Fatalf("PTTL %v, want the long lease kept", got)
 	}
-	if short.Err() != nil || long.Err() != nil {
-		t.Fatalf("errors: %v, %v", short.Err(), long.Err())
-	}
+	mustUnlock(t, short)
+	mustUnlock(t, long)
 }
 
-func TestWithLeaseBadInput(t *testing.T) {
-	l := newTestLocker(t, testenv.Redis(t), &Options{TokenTTL: time.Hour})
+func TestWithLeaseInvalid(t *testing.T) {
+	rdb := testenv.Redis(t)
+	l := newTestLocker(t, rdb, &Options{TokenTTL: time.Hour})
+	k := l.keys("invalid")
 	for _, d := range []time.Duration{0, -time.Second, 29 * time.Millisecond, time.Hour + time.Millisecond} {
-		if _, err := l.Lock(testCtx(t), "bad", WithLease(d)); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("Lock WithLease(%v) = %v, want ErrInvalidOptions", d, err)
-		}
-		if _, err := l.TryLock(testCtx(t), "bad", WithLease(d)); !errors.Is(err, ErrInvalidOptions) {
-			t.Errorf("TryLock WithLease(%v) = %v, want ErrInvalidOptions", d, err)
+		for _, try := range []bool{false, true} {
+			var err error
+			if try {
+				_, err = l.TryLock(testCtx(t), "invalid", WithLease(d))
+			} else {
+				_, err = l.Lock(testCtx(t), "invalid", WithLease(d))
+			}
+			if !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("WithLease(%v), try %v: %v, want ErrInvalidOptions", d, try, err)
+			}
 		}
 	}
-	k := l.keys("bad")
-	if n := l.rdb.Exists(context.Background(), k.lock, k.token, k.q).Val(); n != 0 {
-		t.Fatalf("%d keys created by refused calls", n)
+	if n := rdb.Exists(testCtx(t), k.all()...).Val(); n != 0 {
+		t.Fatalf("%d keys written for invalid leases", n)
 	}
 }

@@ -1,8 +1,7 @@
 -- lib_token.lua: helpers for the token key, included by the scripts that mint
 -- or read tokens; no KEYS or ARGV of its own.
 --
--- token STRING  "<last minted token> <released entry> ..." ; PEXPIRE = token TTL
---               entry "<acqID>/<release time ms>", oldest first (see remember)
+-- token STRING  "<last minted token>" ; PEXPIRE = token TTL
 --
 -- Tokens are decimal strings compared by length then bytes, because a floor
 -- raised from outside may exceed the 2^53 that Lua numbers represent exactly.
@@ -40,17 +39,15 @@ local function dec_inc(s)
   return '1' .. out
 end
 
--- split_token splits a token key value into the stored token and the released
--- list (" id id ..." or "").
-local function split_token(v)
-  if not v then return '0', '' end
-  local tok, rel = string.match(v, '^(%d+)(.*)$')
-  if not tok then return '0', '' end
-  return tok, rel
-end
-
+-- read_token returns the stored token, '0' when the key is absent or holds
+-- no digits. Only the leading digits count, so that a value with anything
+-- after them (an older layout kept released ids there) still reads right and
+-- is rewritten as digits only by the next mint.
 local function read_token(token_key)
-  return split_token(redis.call('GET', token_key))
+  local v = redis.call('GET', token_key)
+  if not v then return '0' end
+  local tok = string.match(v, '^%d+')
+  return tok or '0'
 end
 
 -- The largest token minus one: a stored token above it leaves none to mint.
@@ -59,7 +56,7 @@ local LAST_BUT_ONE = '18446744073709551614'
 -- mint stores and returns max(stored+1, now in µs), or returns nil and
 -- writes nothing when that would exceed 2^64-1.
 local function mint(token_key, token_ttl, nowus)
-  local stored, rel = read_token(token_key)
+  local stored = read_token(token_key)
   local nxt
   if exact(stored) then
     nxt = string.format('%.0f', math.max(tonumber(stored) + 1, nowus))
@@ -69,56 +66,6 @@ local function mint(token_key, token_ttl, nowus)
     local floor = string.format('%.0f', nowus)
     if dec_gt(floor, nxt) then nxt = floor end
   end
-  redis.call('SET', token_key, nxt .. rel, 'PX', token_ttl)
+  redis.call('SET', token_key, nxt, 'PX', token_ttl)
   return nxt
-end
-
--- Released acquisitions are remembered in the token key so that a retried
--- release of one is answered "released" rather than "not held": the newest
--- entries up to REL_KEEP bytes (at least 128 entries: ids are at most 31
--- bytes), and of those the ones younger than the caller's window. The record
--- is looked at only when an append takes it past a multiple of REL_STEP
--- bytes, so that most releases cost one APPEND (unlock.lua's fast path
--- repeats that test); it is then trimmed when it exceeds REL_MAX bytes or its
--- oldest entry is twice the window old, so that a busy key is not rewritten
--- on every release.
-local REL_STEP, REL_MAX, REL_KEEP = 512, 8192, 6144
-
--- fix_released repairs and trims the token key after entry (released at
--- nowms) was appended to it, making len bytes: a key that was gone (expired,
--- evicted) is made well-formed, and old entries beyond what the rules above
--- keep are dropped. window is in ms.
-local function fix_released(token_key, entry, len, token_ttl, nowms, window)
-  if len == #entry then
-    redis.call('SET', token_key, '0' .. entry, 'PX', token_ttl)
-    return
-  end
-  if math.floor(len / REL_STEP) == math.floor((len - #entry) / REL_STEP) then return end
-  if len <= REL_MAX then
-    local first = string.match(redis.call('GETRANGE', token_key, 0, 99), '^%d+ [^ /]*/(%d+)')
-    if first and tonumber(first) >= nowms - 2 * window then return end
-  end
-  local tok, rel = read_token(token_key)
-  local start = 1
-  if #rel > REL_KEEP then start = string.find(rel, ' ', #rel - REL_KEEP, true) end
-  local cut = nowms - window
-  while start <= #rel do
-    local nxt = string.find(rel, ' ', start + 1, true) or #rel + 1
-    local t = string.match(string.sub(rel, start, nxt - 1), '/(%d+)$')
-    if t and tonumber(t) >= cut then break end
-    start = nxt
-  end
-  redis.call('SET', token_key, tok .. string.sub(rel, start), 'KEEPTTL')
-end
-
--- remember records that acquisition id was released now.
-local function remember(token_key, id, token_ttl, window)
-  local nowms = math.floor(now_us() / 1000)
-  local entry = ' ' .. id .. '/' .. nowms
-  fix_released(token_key, entry, redis.call('APPEND', token_key, entry), token_ttl, nowms, window)
-end
-
-local function was_released(token_key, id)
-  local _, rel = read_token(token_key)
-  return string.find(rel, ' ' .. id .. '/', 1, true) ~= nil
 end

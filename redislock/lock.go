@@ -24,11 +24,8 @@ type Lock struct {
 	id    string
 	owner string
 	token uint64
+	lease *leaseSpec
 	done  chan struct{}
-	// lease is the acquisition's lease (Options.LeaseTTL or WithLease), and
-	// leaseArg the same in script form.
-	lease    time.Duration
-	leaseArg any
 
 	mu       sync.Mutex
 	state    lockState
@@ -84,9 +81,10 @@ func (lk *Lock) end(s lockState, err error) bool {
 // passes directly to the first waiter. Renewal stops before the request is
 // sent. It returns ErrNotHeld when the lock had already been lost. Unlock may
 // be retried after an error: a retry of a release that did apply returns nil
-// when it comes within Options.LeaseTTL of the release and fewer than 128
-// other acquisitions of the key were released in between (Redis keeps a few
-// KB of released ids per key for that); later it may return ErrNotHeld.
+// when it comes within Options.LeaseTTL (or WithLease) of the release and
+// fewer than 128 other acquisitions of the key were released in between
+// (Redis keeps the last released ids of each key for that, see
+// KeyNames.Released); later it may return ErrNotHeld.
 // When ctx ends before Redis answers, Unlock returns an error wrapping
 // ctx.Err() at once and the request finishes in the background (Close waits
 // for it). After the Locker closed it returns ErrClosed.
@@ -106,7 +104,7 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	var n int64
 	req := func() error {
 		var err error
-		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.leaseArg).Int64()
+		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.lease.ttlArg).Int64()
 		return err
 	}
 	var err error

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -92,7 +93,7 @@ func TestOnlyOwnerCanUnlockOrRenew(t *testing.T) {
 	lk := mustLock(t, l, "own", WithOwner("alice"))
 	ctx := testCtx(t)
 	// Another acquisition id of another owner, as another process would have.
-	forged := &Lock{l: l, key: lk.key, k: lk.k, id: "intruder.1", owner: "mallory", token: lk.token, done: make(chan struct{})}
+	forged := &Lock{l: l, key: lk.key, k: lk.k, id: "intruder.1", owner: "mallory", token: lk.token, lease: lk.lease, done: make(chan struct{})}
 	if err := forged.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("unlock by non-owner: %v, want ErrNotHeld", err)
 	}
@@ -269,8 +270,11 @@ func TestCleanStateLeavesOnlyTokenKey(t *testing.T) {
 	mustUnlock(t, b)
 	mustUnlock(t, <-next)
 	k := l.keys("clean")
-	if got := keysUnder(t, rdb, l); len(got) != 1 || got[0] != k.token {
-		t.Fatalf("keys left: %v, want only %s", got, k.token)
+	if got := keysUnder(t, rdb, l); !slices.Equal(got, []string{k.rel, k.token}) {
+		t.Fatalf("keys left: %v, want only %s and %s", got, k.rel, k.token)
+	}
+	if ttl := rdb.PTTL(ctx, k.rel).Val(); ttl <= 0 || ttl > l.opt.LeaseTTL {
+		t.Fatalf("released record TTL = %v, want (0, %v]", ttl, l.opt.LeaseTTL)
 	}
 	if ttl := rdb.PTTL(ctx, k.token).Val(); ttl <= 0 || ttl > l.opt.TokenTTL {
 		t.Fatalf("token key TTL = %v, want (0, %v]", ttl, l.opt.TokenTTL)

@@ -28,6 +28,8 @@ type Locker struct {
 	idBase  string
 	seq     atomic.Uint64
 	args    scriptArgs
+	// defLease is the lease of acquisitions without WithLease.
+	defLease *leaseSpec
 
 	mu      sync.Mutex
 	closed  bool
@@ -64,8 +66,8 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	_, _ = rand.Read(b[:])
 	l.idBase = hex.EncodeToString(b[:])
 	l.renew = newRenewer(l)
-	l.args = scriptArgs{lease: l.msArg(l.opt.LeaseTTL), tokenTTL: l.msArg(l.opt.TokenTTL),
-		waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
+	l.args = scriptArgs{tokenTTL: l.msArg(l.opt.TokenTTL), waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
+	l.defLease = l.leaseFor(l.opt.LeaseTTL)
 	return l
 }
 
@@ -82,7 +84,7 @@ func isNil(rdb redis.UniversalClient) bool {
 // scriptArgs are the script arguments fixed for a Locker, formatted once and
 // already boxed, so that a request converts and allocates none of them.
 type scriptArgs struct {
-	lease, tokenTTL, waiter, pubcmd any
+	tokenTTL, waiter, pubcmd any
 }
 
 // msArg formats d in whole milliseconds (at least 1) for a script.
@@ -151,13 +153,9 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 	if cfg.ownerSet && cfg.owner == "" {
 		return nil, fmt.Errorf("%w: empty owner", ErrInvalidOptions)
 	}
-	lease := l.opt.LeaseTTL
-	if cfg.leaseSet {
-		if cfg.lease < minLeaseTTL || cfg.lease > l.opt.TokenTTL {
-			return nil, fmt.Errorf("%w: WithLease(%v): must be at least %v and at most TokenTTL %v",
-				ErrInvalidOptions, cfg.lease, minLeaseTTL, l.opt.TokenTTL)
-		}
-		lease = cfg.lease
+	lease, err := l.lease(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	if !l.enter() {
 		return nil, errors.Join(ErrNotAcquired, ErrClosed)
@@ -166,10 +164,7 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(ErrNotAcquired, err)
 	}
-	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease, leaseArg: l.args.lease}
-	if lease != l.opt.LeaseTTL {
-		a.leaseArg = l.msArg(lease)
-	}
+	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease}
 	if !cfg.ownerSet {
 		a.owner = a.id
 	}
@@ -255,7 +250,7 @@ func (l *Locker) releaseAll(held []*Lock) error {
 	defer cancel()
 	var first error
 	for _, lk := range held {
-		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.leaseArg).Err()
+		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.lease.ttlArg).Err()
 		if err != nil && first == nil {
 			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
 		}

@@ -36,8 +36,7 @@ type Options struct {
 	// default: WaiterTimeout/3, at least 1ms
 	RecheckInterval time.Duration
 
-	// TokenTTL is how long the stored token of an unused lock name is kept,
-	// with the released acquisition ids that answer retried unlocks.
+	// TokenTTL is how long the stored token of an unused lock name is kept.
 	// Letting it expire is safe: new tokens are never below the server time in
 	// µs. It only matters for floors raised with RaiseTokenFloor above that
 	// time. At least LeaseTTL.
@@ -195,16 +194,47 @@ func WithOwner(owner string) LockOption {
 	return func(c *lockConfig) { c.owner, c.ownerSet = owner, true }
 }
 
-// WithLease gives the acquisition a lease of its own in place of
-// Options.LeaseTTL: the lease it is granted with, renewed to every d/3, and
-// the time a release stays known to a retried Unlock. Use it for the few
-// locks that need a longer (or shorter) lease than the Locker's others. d
-// must be at least 30ms and at most Options.TokenTTL; anything else gives
-// ErrInvalidOptions and touches nothing. A lock handed over to a waiter
-// still starts with the short hand-off lease (Options.WaiterTimeout) until
-// its first renewal. Reentrant acquisitions of one owner share the lock in
-// Redis, whose lease is then the longest of theirs: a renewal never
-// shortens it.
+// WithLease gives the acquisition a lease of d instead of Options.LeaseTTL:
+// the lock is granted for d, renewed every d/3 while held, and a retried
+// Unlock is answered as Options.LeaseTTL describes, within d of the release.
+// A lock handed to this acquisition as a waiter starts with a lease of the
+// shorter of d and Options.WaiterTimeout, until renewed. d must be at least
+// 30ms and at most Options.TokenTTL; otherwise Lock and TryLock return an
+// error wrapping ErrInvalidOptions and send nothing to Redis.
+//
+// Reentrant acquisitions (see WithOwner) with different leases share one
+// lock, whose lease is never shortened by a renewal: it runs to the end of
+// the longest lease renewed.
 func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.lease, c.leaseSet = d, true }
+}
+
+// leaseSpec is the lease of one acquisition: its length, the shorter lease of
+// a hand-off to it (see Options.WaiterTimeout), and both as script arguments.
+type leaseSpec struct {
+	ttl, handoff       time.Duration
+	ttlArg, handoffArg any
+}
+
+// leaseFor returns the lease of an acquisition of lease d.
+func (l *Locker) leaseFor(d time.Duration) *leaseSpec {
+	h := min(l.opt.WaiterTimeout, d)
+	return &leaseSpec{ttl: d, handoff: h, ttlArg: l.msArg(d), handoffArg: l.msArg(h)}
+}
+
+// lease returns the lease cfg asks for, or an error wrapping
+// ErrInvalidOptions.
+func (l *Locker) lease(cfg *lockConfig) (*leaseSpec, error) {
+	if !cfg.leaseSet || cfg.lease == l.opt.LeaseTTL {
+		return l.defLease, nil
+	}
+	switch d := cfg.lease; {
+	case d <= 0:
+		return nil, fmt.Errorf("%w: WithLease(%v): not positive", ErrInvalidOptions, d)
+	case d < minLeaseTTL:
+		return nil, fmt.Errorf("%w: WithLease(%v): shorter than %v", ErrInvalidOptions, d, minLeaseTTL)
+	case d > l.opt.TokenTTL:
+		return nil, fmt.Errorf("%w: WithLease(%v): longer than TokenTTL %v", ErrInvalidOptions, d, l.opt.TokenTTL)
+	}
+	return l.leaseFor(cfg.lease), nil
 }

@@ -59,16 +59,17 @@ func newRenewer(l *Locker) *renewer {
 }
 
 // add starts renewing lk, whose lease ends no earlier than deadline. A full
-// lease (LeaseTTL) is first renewed once a third of it has passed. A lock
-// handed over by message still has the short hand-off lease (WaiterTimeout),
-// whose start is known only as a lower bound (the last "not granted" request
-// of the waiter); it is renewed WaiterTimeout/2 before that bound runs out,
+// lease is first renewed once a third of it has passed. A lock handed over by
+// message still has the short hand-off lease (WaiterTimeout, or the lock's
+// own lease when shorter), whose start is known only as a lower bound (the
+// last "not granted" request of the waiter); it is renewed half a hand-off
+// lease before that bound runs out,
 // which leaves the renewal as much time to get through and spares locks held
 // briefly any renewal at all.
 func (r *renewer) add(lk *Lock, deadline time.Time, handoff bool) {
-	margin := lk.lease * 2 / 3
+	margin := lk.lease.ttl * 2 / 3
 	if handoff {
-		margin = r.l.opt.WaiterTimeout / 2
+		margin = lk.lease.handoff / 2
 	}
 	r.mu.Lock()
 	lk.deadline = deadline
@@ -129,13 +130,13 @@ func (r *renewer) stop() []*Lock {
 // lossGuard is how long before the lower bound of its lease end a lock is
 // declared lost, so that timer latency does not let Done close after the
 // lease may have ended in Redis.
-func (r *renewer) lossGuard() time.Duration {
-	return min(5*time.Millisecond, r.l.opt.WaiterTimeout/8)
+func lossGuard(lk *Lock) time.Duration {
+	return min(5*time.Millisecond, lk.lease.handoff/8)
 }
 
 // lossAt is when lk is declared lost unless a renewal confirms it first.
 // Callers hold r.mu.
-func (r *renewer) lossAt(lk *Lock) time.Time { return lk.deadline.Add(-r.lossGuard()) }
+func (r *renewer) lossAt(lk *Lock) time.Time { return lk.deadline.Add(-lossGuard(lk)) }
 
 func (r *renewer) loop() {
 	defer close(r.done)
@@ -203,7 +204,7 @@ func (r *renewer) startDue(now time.Time) {
 	anyDue := false
 	r.mu.Lock()
 	for lk, c := range r.locks {
-		if lk.renewAt.Before(now.Add(lk.lease/6)) && !now.Before(c.until) {
+		if lk.renewAt.Before(now.Add(lk.lease.ttl/6)) && !now.Before(c.until) {
 			due = append(due, lk)
 			anyDue = anyDue || !lk.renewAt.After(now)
 		}
@@ -212,14 +213,14 @@ func (r *renewer) startDue(now time.Time) {
 	if !anyDue {
 		return
 	}
-	// One call per hash slot and lease: the script sets one lease.
+	// One call renews locks of one slot and one lease length.
 	type group struct {
 		slot  int
 		lease time.Duration
 	}
 	groups := map[group][]*Lock{}
 	for _, lk := range due {
-		g := group{lease: lk.lease}
+		g := group{lease: lk.lease.ttl}
 		if r.l.cluster {
 			g.slot = hashSlot(lk.k.lock)
 		}
@@ -250,20 +251,19 @@ func maxTime(t, u time.Time) time.Time {
 	return t
 }
 
-// renew starts one script call renewing locks, all in one hash slot and
-// with one lease. Its reply goes to the loop.
+// renew starts one script call renewing locks, all in one hash slot and with
+// the same lease. Its reply goes to the loop.
 func (r *renewer) renew(locks []*Lock) {
-	l := r.l
 	lease := locks[0].lease
 	keys := make([]string, len(locks))
 	args := make([]any, 1, len(locks)+1)
-	args[0] = l.ms(lease)
+	args[0] = lease.ttlArg
 	r.mu.Lock()
 	r.seq++
 	seq := r.seq
 	// Waiting for Redis past the first lease end is useless: that lock is
 	// lost by then, and the others go out again.
-	earliest := time.Now().Add(lease)
+	earliest := time.Now().Add(lease.ttl)
 	for _, lk := range locks {
 		earliest = minTime(earliest, lk.deadline)
 	}
@@ -288,7 +288,7 @@ func (r *renewer) renew(locks []*Lock) {
 			cancel()
 		}()
 		rep := renewReply{seq: seq, locks: locks, sent: time.Now()}
-		rep.res, rep.err = scriptRenew.Run(ctx, l.rdb, keys, args...).Int64Slice()
+		rep.res, rep.err = scriptRenew.Run(ctx, r.l.rdb, keys, args...).Int64Slice()
 		select {
 		case r.replies <- rep:
 		case <-r.quit:
@@ -317,11 +317,11 @@ func (r *renewer) apply(rep renewReply) {
 		case err != nil:
 			lk.lastErr = err
 			if current {
-				lk.renewAt = time.Now().Add(max(lk.lease/30, time.Millisecond))
+				lk.renewAt = time.Now().Add(max(lk.lease.ttl/30, time.Millisecond))
 			}
 		case res[i] == 1:
-			if end := rep.sent.Add(lk.lease); end.After(lk.deadline) {
-				lk.deadline, lk.renewAt = end, rep.sent.Add(lk.lease/3)
+			if end := rep.sent.Add(lk.lease.ttl); end.After(lk.deadline) {
+				lk.deadline, lk.renewAt = end, rep.sent.Add(lk.lease.ttl/3)
 			}
 			lk.lastErr = nil
 		default:

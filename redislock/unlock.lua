@@ -1,37 +1,55 @@
--- unlock.lua: KEYS[1..5] lock, token, q, w, ch (layout in lib_lock.lua, lib_token.lua, lib_queue.lua)
+-- unlock.lua: KEYS[1..6] lock, token, q, w, ch, rel (layout in lib_lock.lua, lib_token.lua,
+--   lib_queue.lua, lib_release.lua)
 --   ARGV[1] acquisition id, ARGV[2] token TTL ms, ARGV[3] publish command,
---   ARGV[4] ms a release stays known to retries (absent: as long as kept)
+--   ARGV[4] ms a release stays known to retries (absent: token TTL)
 -- => 1 released (now, or by an earlier call with the same id), 0 not held
 -- Releasing the last acquisition hands the lock to the first live waiter.
--- The fast path (the only acquisition, nobody queued) comes first and
--- returns before the helpers of the other cases are even defined.
-local lock, token_key, q, w, ch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- The fast paths (the only acquisition, and nobody queued or a live first
+-- waiter) come first and return before the helpers of the other cases are
+-- even defined; they repeat what remember and hand_off do.
+local lock, token_key, q, w, ch, rel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
 local v = redis.call('GET', lock)
-local appended, entry, nowms, queued
+local released = false
 if v and string.match(v, '^%d+|([^|]*)|') == id then
-  queued = redis.call('EXISTS', q) == 1
-  if not queued then
-    redis.call('DEL', lock)
-    -- Remember the release so that a retry is answered 1, not 0. The record
-    -- needs a look only when it grows past a multiple of 512 bytes
-    -- (REL_STEP in lib_token.lua) or the key was gone.
-    local t = redis.call('TIME')
-    nowms = t[1] * 1000 + math.floor(t[2] / 1000)
-    entry = ' ' .. id .. '/' .. nowms
-    appended = redis.call('APPEND', token_key, entry)
-    if appended > #entry and math.floor(appended / 512) == math.floor((appended - #entry) / 512) then
-      return 1
-    end
+  local window = tonumber(ARGV[4]) or tonumber(ARGV[2])
+  local n = redis.call('RPUSH', rel, id)
+  if n == 1 then
+    redis.call('PEXPIRE', rel, window)
+  else
+    redis.call('PEXPIRE', rel, window, 'GT')
+    if n > 160 then redis.call('LTRIM', rel, -128, -1) end -- REL_KEEP, REL_SLACK
   end
+  local heads = redis.call('ZRANGE', q, 0, 1)
+  if #heads == 0 then
+    redis.call('DEL', lock)
+    return 1
+  end
+  local head = heads[1]
+  local deadline, lease, owner = string.match(redis.call('HGET', w, head) or '', '^(%d+):(%d+):(.*)$')
+  local t = redis.call('TIME')
+  local nowus = t[1] * 1000000 + t[2]
+  local stored = string.match(redis.call('GET', token_key) or '', '^%d*')
+  if deadline and tonumber(deadline) >= math.floor(nowus / 1000)
+      and (#stored < 16 or (#stored == 16 and stored < '9007199254740992')) then
+    local tok = string.format('%.0f', math.max((tonumber(stored) or 0) + 1, nowus))
+    redis.call('SET', token_key, tok, 'PX', ARGV[2])
+    redis.call('SET', lock, tok .. '|' .. head .. '|' .. owner, 'PX', lease)
+    redis.call('ZREM', q, head)
+    if #heads == 1 then redis.call('DEL', w) else redis.call('HDEL', w, head) end
+    redis.call(ARGV[3], ch, head .. ' ' .. tok)
+    return 1
+  end
+  -- A dead first waiter or a token near 2^64: the general hand-off.
+  redis.call('DEL', lock)
+  released = true
 end
 
 --#include lib_lock.lua lib_token.lua lib_queue.lua lib_release.lua
 
 local token_ttl = tonumber(ARGV[2])
-local window = tonumber(ARGV[4]) or token_ttl
-if appended then -- released above; the token key needs repair or trimming
-  fix_released(token_key, entry, appended, token_ttl, nowms, window)
+if released then
+  hand_off(lock, token_key, q, w, ch, ARGV[3], token_ttl, now_us())
   return 1
 end
-return release(lock, token_key, q, w, ch, ARGV[3], id, token_ttl, window, v, queued)
+return release(lock, token_key, q, w, ch, rel, ARGV[3], id, token_ttl, tonumber(ARGV[4]) or token_ttl, v)

@@ -197,10 +197,11 @@ func profileRun(ctx context.Context, r *runner, c config, variants []variant) er
 	printRow(n, name, t)
 	printServer(n, name, t)
 	if name == "redislock" {
-		// The token key also records recent releases (for retried unlocks), and
-		// every grant rewrites it: its size is part of each script's cost.
+		// Every grant reads and rewrites the token key and every release adds
+		// to the released record: their sizes are part of each script's cost.
 		if names, err := redislock.KeyNamesFor(r.prefix, fmt.Sprintf("c%d-profile-%s", n, name)); err == nil {
-			fmt.Printf("token key after the run: %d bytes\n", r.admin.StrLen(ctx, names.Token).Val())
+			fmt.Printf("after the run: token key %d bytes, released record %d entries\n",
+				r.admin.StrLen(ctx, names.Token).Val(), r.admin.LLen(ctx, names.Released).Val())
 		}
 	}
 	return f.Close()

@@ -94,17 +94,19 @@ type inspectJSON struct {
 	Queue            []waiterJSON  `json:"queue"`       // next holder first; [] when empty
 	StoredToken      uint64        `json:"stored_token"`
 	StoredTokenTTLMs int64         `json:"stored_token_ttl_ms"` // 0 absent, -1 no expiry
+	Released         int           `json:"released"`            // releases remembered for retried unlocks
 	FenceResource    string        `json:"fence_resource"`
 	Fence            *fenceJSON    `json:"fence"`    // null when the row does not exist
 	Problems         []string      `json:"problems"` // [] when none
 }
 
 type redisKeysJSON struct {
-	Lock    string `json:"lock"`
-	Token   string `json:"token"`
-	Queue   string `json:"queue"`
-	Waiters string `json:"waiters"`
-	Channel string `json:"channel"`
+	Lock     string `json:"lock"`
+	Token    string `json:"token"`
+	Queue    string `json:"queue"`
+	Waiters  string `json:"waiters"`
+	Channel  string `json:"channel"`
+	Released string `json:"released"`
 }
 
 type holderJSON struct {
@@ -138,9 +140,9 @@ func newInspectJSON(prefix string, info redislock.LockInfo, resource string, row
 	out := inspectJSON{
 		Key: info.Key, Prefix: prefix, ServerTime: info.ServerTime.UTC(),
 		RedisKeys: redisKeysJSON{Lock: info.Names.Lock, Token: info.Names.Token, Queue: info.Names.Queue,
-			Waiters: info.Names.Waiters, Channel: info.Names.Channel},
+			Waiters: info.Names.Waiters, Channel: info.Names.Channel, Released: info.Names.Released},
 		Queue:       []waiterJSON{},
-		StoredToken: info.StoredToken, StoredTokenTTLMs: ms(info.StoredTokenTTL),
+		StoredToken: info.StoredToken, StoredTokenTTLMs: ms(info.StoredTokenTTL), Released: info.Released,
 		FenceResource: resource, Problems: append([]string{}, info.Problems...),
 	}
 	if h := info.Holder; h != nil {
@@ -174,7 +176,7 @@ func writeInspectText(w io.Writer, out inspectJSON, info redislock.LockInfo) {
 		fmt.Fprintf(w, "%-14s%s\n", label, fmt.Sprintf(format, args...))
 	}
 	line("key", "%q", out.Key)
-	line("redis keys", "%s  (:token :q :w :ch beside it; prefix %q)", out.RedisKeys.Lock, out.Prefix)
+	line("redis keys", "%s  (:token :q :w :ch :rel beside it; prefix %q)", out.RedisKeys.Lock, out.Prefix)
 	if h := out.Holder; h == nil {
 		line("holder", "none, the lock is free")
 	} else {

@@ -177,7 +177,7 @@ func (s *stalls) loseGrant(ctx context.Context, inst *instance, key string) {
 	names, err := redislock.KeyNamesFor(s.prefix, key)
 	var n int64
 	if err == nil {
-		n, err = inst.rdb.Del(ctx, names.Lock, names.Token, names.Queue, names.Waiters).Result()
+		n, err = inst.rdb.Del(ctx, names.Lock, names.Token, names.Queue, names.Waiters, names.Released).Result()
 	}
 	if err == nil && n == 0 {
 		err = fmt.Errorf("no lock keys found for %q", key)
