@@ -146,3 +146,18 @@ func TestWithLeaseInvalid(t *testing.T) {
 		t.Fatalf("%d keys written for invalid leases", n)
 	}
 }
+
+// The same with the short acquisition first: it renews every 20ms to its
+// own 60ms, and must not cut the 10s lease the later acquisition set.
+func TestWithLeaseShortRenewalsKeepALongerReentry(t *testing.T) {
+	rdb := testenv.Redis(t)
+	l := newTestLocker(t, rdb, nil)
+	short := mustLock(t, l, "reentry", WithOwner("job"), WithLease(60*time.Millisecond))
+	long := mustLock(t, l, "reentry", WithOwner("job"), WithLease(10*time.Second))
+	time.Sleep(300 * time.Millisecond) // several renewals of the short one
+	if got := leaseLeft(t, rdb, l, "reentry"); got < 9*time.Second {
+		t.Fatalf("PTTL %v after renewals of the 60ms acquisition, want the 10s lease kept", got)
+	}
+	mustUnlock(t, short)
+	mustUnlock(t, long)
+}
