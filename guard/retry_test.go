@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
@@ -41,6 +42,26 @@ func (e *env) running(prefix string) int {
 	return n
 }
 
+// heavyTx begins a plain transaction that holds counter row 2 and updates
+// many filler rows, so that it weighs more than fn's transaction and InnoDB
+// picks fn's as the victim of a deadlock between them. It is rolled back
+// when the test ends unless committed first.
+func heavyTx(t *testing.T, e *env) *sqlx.Tx {
+	t.Helper()
+	testenv.MustExec(t, e.db, "CREATE TABLE filler (id INT PRIMARY KEY, v INT NOT NULL)")
+	testenv.MustExec(t, e.db, "INSERT INTO filler (id, v) WITH RECURSIVE s(i) AS"+
+		" (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT i, 0 FROM s")
+	ctx := context.Background()
+	ptx, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	t.Cleanup(func() { _ = ptx.Rollback() })
+	_, err = ptx.ExecContext(ctx, "UPDATE filler SET v = v + 1")
+	must(t, err)
+	_, err = ptx.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 2")
+	must(t, err)
+	return ptx
+}
+
 // A real deadlock (1213) between fn and a plain transaction: InnoDB rolls
 // back fn's transaction (the lighter one), Do retries it under the same lock
 // and token, and the second attempt succeeds.
@@ -49,24 +70,12 @@ func TestRetryOnDeadlock(t *testing.T) {
 	e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{
 		OnRetry: func(key string, attempt int, err error) { retries = append(retries, err) },
 	}}})
-	testenv.MustExec(t, e.db, "CREATE TABLE filler (id INT PRIMARY KEY, v INT NOT NULL)")
-	testenv.MustExec(t, e.db, "INSERT INTO filler (id, v) WITH RECURSIVE s(i) AS"+
-		" (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT i, 0 FROM s")
 	ctx := context.Background()
-
-	// The plain transaction locks row 2 and many filler rows, so that it
-	// weighs more than fn's and InnoDB picks fn's as the victim.
-	ptx, err := e.db.BeginTxx(ctx, nil)
-	must(t, err)
-	defer func() { _ = ptx.Rollback() }()
-	_, err = ptx.ExecContext(ctx, "UPDATE filler SET v = v + 1")
-	must(t, err)
-	_, err = ptx.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 2")
-	must(t, err)
+	ptx := heavyTx(t, e)
 
 	plainDone := make(chan error, 1)
 	var tokens []uint64
-	err = e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
 		tokens = append(tokens, tx.Token())
 		if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1"); err != nil {
 			return err

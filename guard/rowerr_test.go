@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/redfence/redfence/guard"
-	"github.com/redfence/redfence/internal/testenv"
 )
 
 // A deadlock reported through QueryRowContext (it reaches fn only as the
@@ -21,24 +20,12 @@ func TestDeadlockSeenOnlyByScanEndsTheAttempt(t *testing.T) {
 			e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{
 				OnRetry: func(key string, attempt int, err error) { retries = append(retries, err) },
 			}}})
-			testenv.MustExec(t, e.db, "CREATE TABLE filler (id INT PRIMARY KEY, v INT NOT NULL)")
-			testenv.MustExec(t, e.db, "INSERT INTO filler (id, v) WITH RECURSIVE s(i) AS"+
-				" (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 200) SELECT i, 0 FROM s")
 			ctx := context.Background()
-
-			// The plain transaction weighs more than fn's, so InnoDB picks
-			// fn's as the deadlock victim.
-			ptx, err := e.db.BeginTxx(ctx, nil)
-			must(t, err)
-			defer func() { _ = ptx.Rollback() }()
-			_, err = ptx.ExecContext(ctx, "UPDATE filler SET v = v + 1")
-			must(t, err)
-			_, err = ptx.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 2")
-			must(t, err)
+			ptx := heavyTx(t, e)
 
 			plainDone := make(chan error, 1)
 			var scanErr, writeErr error
-			err = e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
 				if tx.Attempt() > 1 {
 					return nil
 				}
