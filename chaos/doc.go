@@ -70,6 +70,9 @@
 //     queued callers (guard.Options.MaxBatch) with several buyers each,
 //     while the lock's Redis keys are deleted under its holders and
 //     connections inside transactions are killed.
+//   - batched-handoff (scenario_batch_test.go): as batched, with batches
+//     that also hand the lock on at their claim and chain their
+//     transactions to the next batch (HandOffAtClaim, RelayConns).
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to

@@ -27,7 +27,21 @@ const batchMembers = 6
 // order present exactly for the buys Do reported committed (or whose
 // outcome it could not know).
 func TestScenarioBatched(t *testing.T) {
-	e := newEnv(t, "batched", 100_000)
+	runBatched(t, newEnv(t, "batched", 100_000), guard.Options{})
+}
+
+// Scenario "batched-handoff": as batched, with Guards whose batches also
+// hand the lock on at their claim and chain their transactions to the
+// key's next batch (guard.Options.HandOffAtClaim, RelayConns): the next
+// batch's claim waits for the running batch's fence row, and a batch that
+// must run again after the hand-off takes a new turn.
+func TestScenarioBatchedHandOff(t *testing.T) {
+	runBatched(t, newEnv(t, "batched-handoff", 100_000), guard.Options{HandOffAtClaim: true, RelayConns: true})
+}
+
+// runBatched runs the batched scenarios on e, with Guards of options opt
+// besides the batching ones.
+func runBatched(t *testing.T, e *env, opt guard.Options) {
 	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 90*time.Second)
 
@@ -37,11 +51,11 @@ func TestScenarioBatched(t *testing.T) {
 		db := e.open(e.dsn)
 		db.SetMaxOpenConns(4)
 		c := e.newClient(srv.Client(), db, fastLocks)
-		c.g = guard.New(c.locker, db, &guard.Options{
-			MaxAttempts: 2, UnlockTimeout: 2 * time.Second, MaxBatch: 8,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Hooks:  guard.Hooks{OnRetry: func(string, int, error) { retries.Add(1) }},
-		})
+		o := opt
+		o.MaxAttempts, o.UnlockTimeout, o.MaxBatch = 2, 2*time.Second, 8
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Hooks.OnRetry = func(string, int, error) { retries.Add(1) }
+		c.g = guard.New(c.locker, db, &o)
 		buyers = append(buyers, c)
 		// Buyers of one process share its Guard (that is what batches them)
 		// and each has a history process of its own.

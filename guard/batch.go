@@ -30,13 +30,17 @@ type batch struct {
 	members []*member // in arrival order; fixed once the lock is granted
 	present int       // members whose Do has not returned yet
 	started bool      // the runner goroutine runs (the batch is the head)
-	closed  bool      // the lock was granted: no more members
+	// handedOff: the batch's claim holds the fence row and the lock has
+	// gone on (Options.HandOffAtClaim), so the batch after it may run.
+	handedOff bool
+	closed    bool // the lock was granted: no more members
 	// delivered: every member has its result; the runner only has its own
 	// cleanup left.
 	delivered bool
 
-	// ctx governs the lock wait and the transaction. It is no caller's ctx:
-	// it is cancelled when every member has left before the batch delivered,
+	// ctx governs the lock wait and the transaction. It is no caller's ctx
+	// (it has the values of the first member's only): it is cancelled when
+	// every member has left before the batch delivered,
 	// so that the batch gives up its place in the queue or cuts its COMMIT
 	// short, as one caller's Do does when its ctx ends.
 	ctx      context.Context
@@ -96,7 +100,7 @@ func (g *Guard) batched(ctx context.Context, key string, fn func(context.Context
 	defer func() {
 		// Runs on panics too: a member that leaves must not keep its batch
 		// waiting, and the last one to leave waits for the runner.
-		if g.batches.leave(b, m) && normal && errors.Is(err, ErrOutcomeUnknown) {
+		if g.batches.leave(g, b, m) && normal && errors.Is(err, ErrOutcomeUnknown) {
 			// The runner has ended, so the outcome is known after all.
 			g.batches.mu.Lock()
 			if m.final {
@@ -139,9 +143,16 @@ func (bs *batches) join(g *Guard, key string, m *member) *batch {
 	}
 	if b == nil {
 		b = &batch{key: key, finished: make(chan struct{})}
-		b.ctx, b.cancel = context.WithCancelCause(context.Background())
+		// The batch's own statements carry the values (not the deadline or
+		// cancellation) of the ctx of the caller that opened it.
+		b.ctx, b.cancel = context.WithCancelCause(context.WithoutCancel(m.ctx))
+		if g.opt.RelayConns {
+			// A batch counts as one caller of the key for relaying; its
+			// runner (or leave, for a batch that never starts) leaves.
+			g.relays.enter(key)
+		}
 		q.list = append(q.list, b)
-		if len(q.list) == 1 {
+		if n := len(q.list); n == 1 || q.list[n-2].handedOff {
 			b.started = true
 			go g.runBatch(b)
 		}
@@ -155,7 +166,7 @@ func (bs *batches) join(g *Guard, key string, m *member) *batch {
 // started batch, leave cancels the batch unless it has delivered, waits for
 // its runner to return, and reports true. A batch not started yet that
 // loses its last member is dropped.
-func (bs *batches) leave(b *batch, m *member) (last bool) {
+func (bs *batches) leave(g *Guard, b *batch, m *member) (last bool) {
 	bs.mu.Lock()
 	m.left = true
 	b.present--
@@ -173,6 +184,9 @@ func (bs *batches) leave(b *batch, m *member) (last bool) {
 		}
 		bs.mu.Unlock()
 		b.cancel(nil)
+		if g.opt.RelayConns {
+			g.leaveRelay(b.key)
+		}
 		return false
 	}
 	if !b.delivered {
@@ -183,20 +197,46 @@ func (bs *batches) leave(b *batch, m *member) (last bool) {
 	return true
 }
 
-// finish removes the head b from its queue and starts the runner of the next
-// batch, if any. The runner calls it last.
+// finish removes b from its queue and starts the runner of the new head,
+// unless it runs already (see startNext). The runner calls it last.
 func (bs *batches) finish(g *Guard, b *batch) {
 	bs.mu.Lock()
 	q := bs.keys[b.key]
-	q.list = q.list[1:]
+	for i, x := range q.list {
+		if x == b {
+			q.list = append(q.list[:i], q.list[i+1:]...)
+			break
+		}
+	}
 	if len(q.list) > 0 {
-		next := q.list[0]
-		next.started = true
-		go g.runBatch(next)
+		if next := q.list[0]; !next.started {
+			next.started = true
+			go g.runBatch(next)
+		}
 	} else {
 		delete(bs.keys, b.key)
 	}
 	bs.mu.Unlock()
+}
+
+// startNext records that b handed the lock on at its claim
+// (Options.HandOffAtClaim) and starts the runner of the batch after b, if
+// there is one and it does not run yet (else join starts it), so that the
+// next batch takes its turn while b's transaction runs.
+func (bs *batches) startNext(g *Guard, b *batch) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b.handedOff = true
+	q := bs.keys[b.key]
+	for i, x := range q.list {
+		if x == b && i+1 < len(q.list) {
+			if next := q.list[i+1]; !next.started {
+				next.started = true
+				go g.runBatch(next)
+			}
+			return
+		}
+	}
 }
 
 // await waits for m's turns and result, running fn on the caller's
@@ -271,6 +311,10 @@ func (g *Guard) take(m *member, t turn) {
 	}
 	fctx, cancel := context.WithCancelCause(m.ctx)
 	stop := context.AfterFunc(t.lctx, func() { cancel(context.Cause(t.lctx)) })
+	if t.tx.onFail != nil {
+		t.tx.memberFail.Store(&cancel)
+		defer t.tx.memberFail.Store(nil)
+	}
 	sctx := withScope(fctx, &scope{g: g, key: t.tx.key, tx: t.tx})
 	returned := false
 	defer func() {

@@ -141,9 +141,21 @@ func TestBatchCombinesQueuedCallers(t *testing.T) {
 
 // One member's error undoes only its own work and reaches only it.
 func TestBatchMemberErrorIsIsolated(t *testing.T) {
+	for _, savepoints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("savepoints=%v", savepoints), func(t *testing.T) {
+			testBatchMemberErrorIsIsolated(t, savepoints)
+		})
+	}
+}
+
+// testBatchMemberErrorIsIsolated: member 1 fails after writing. Its work is
+// undone and the others' commits. Without savepoints the batch rolls back
+// and runs member 0 again; member 2, which had not run, runs once.
+func testBatchMemberErrorIsIsolated(t *testing.T, savepoints bool) {
 	var mu sync.Mutex
 	outcomes := map[guard.Outcome]int{}
-	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, Hooks: guard.Hooks{
+	var runs [3]atomic.Int32
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints, Hooks: guard.Hooks{
 		OnDone: func(_ context.Context, r guard.Result) {
 			mu.Lock()
 			outcomes[r.Outcome]++
@@ -153,10 +165,12 @@ func TestBatchMemberErrorIsIsolated(t *testing.T) {
 	var tokens [3]uint64
 	errs := queued(t, e, e.g, "k", []txFn{
 		func(ctx context.Context, tx *guard.Tx) error {
+			runs[0].Add(1)
 			tokens[0] = tx.Token()
 			return increment(ctx, tx, 1)
 		},
 		func(ctx context.Context, tx *guard.Tx) error {
+			runs[1].Add(1)
 			tokens[1] = tx.Token()
 			if err := increment(ctx, tx, 1); err != nil {
 				return err
@@ -167,10 +181,18 @@ func TestBatchMemberErrorIsIsolated(t *testing.T) {
 			return errBoom
 		},
 		func(ctx context.Context, tx *guard.Tx) error {
+			runs[2].Add(1)
 			tokens[2] = tx.Token()
 			return increment(ctx, tx, 2)
 		},
 	})
+	want0 := int32(2)
+	if savepoints {
+		want0 = 1
+	}
+	if r0, r1, r2 := runs[0].Load(), runs[1].Load(), runs[2].Load(); r0 != want0 || r1 != 1 || r2 != 1 {
+		t.Errorf("fn runs %d %d %d, want %d 1 1", r0, r1, r2, want0)
+	}
 	if errs[0] != nil || !errors.Is(errs[1], errBoom) || errs[2] != nil {
 		t.Fatalf("Do = %v; want nil, errBoom, nil", errs)
 	}
@@ -191,7 +213,15 @@ func TestBatchMemberErrorIsIsolated(t *testing.T) {
 // A member whose fn panics: its work is undone, the panic continues on
 // the member's own goroutine, and the other members commit.
 func TestBatchMemberPanic(t *testing.T) {
-	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8}})
+	for _, savepoints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("savepoints=%v", savepoints), func(t *testing.T) {
+			testBatchMemberPanic(t, savepoints)
+		})
+	}
+}
+
+func testBatchMemberPanic(t *testing.T, savepoints bool) {
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints}})
 	lk, err := e.locker.Lock(context.Background(), "k")
 	must(t, err)
 	type outcome struct {
@@ -568,9 +598,22 @@ func TestBatchOptionValidated(t *testing.T) {
 // before it, whose fn returned before the loss, commits (the transaction
 // holds the fence row since its claim, as for one caller).
 func TestBatchLockLostMidBatch(t *testing.T) {
+	for _, savepoints := range []bool{false, true} {
+		t.Run(fmt.Sprintf("savepoints=%v", savepoints), func(t *testing.T) {
+			testBatchLockLostMidBatch(t, savepoints)
+		})
+	}
+}
+
+// testBatchLockLostMidBatch: the lock is lost while member 1 runs. With
+// savepoints, member 1's work is rolled back to its savepoint and member
+// 0's commits. Without, undoing member 1 rolls the whole transaction back,
+// and the lost lock keeps it from running again: member 0 learns that too.
+// Either way member 2 never runs.
+func testBatchLockLostMidBatch(t *testing.T, savepoints bool) {
 	e := newEnv(t, envConfig{
 		lock:  &redislock.Options{LeaseTTL: 300 * time.Millisecond},
-		guard: &guard.Options{MaxBatch: 8},
+		guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints},
 	})
 	var ran2 atomic.Bool
 	errs := queued(t, e, e.g, "k", []txFn{
@@ -590,15 +633,92 @@ func TestBatchLockLostMidBatch(t *testing.T) {
 		},
 		func(ctx context.Context, tx *guard.Tx) error { ran2.Store(true); return increment(ctx, tx, 1) },
 	})
-	if errs[0] != nil {
+	want0, wantN := 1, 1
+	if !savepoints {
+		want0, wantN = 0, 0
+	}
+	switch {
+	case want0 == 1 && errs[0] != nil:
 		t.Errorf("member 0 = %v, want nil", errs[0])
+	case want0 == 0 && !errors.Is(errs[0], guard.ErrLockLost):
+		t.Errorf("member 0 = %v, want ErrLockLost", errs[0])
 	}
 	for _, i := range []int{1, 2} {
 		if !errors.Is(errs[i], guard.ErrLockLost) {
 			t.Errorf("member %d = %v, want ErrLockLost", i, errs[i])
 		}
 	}
-	if ran2.Load() || e.counter(1) != 1 {
-		t.Fatalf("member 2 ran: %v; counter %d, want 1", ran2.Load(), e.counter(1))
+	if ran2.Load() || e.counter(1) != wantN {
+		t.Fatalf("member 2 ran: %v; counter %d, want %d", ran2.Load(), e.counter(1), wantN)
 	}
+}
+
+// After one member's error has made a batch run again, further errors are
+// undone by savepoints: the batch runs again at most once per batch, not
+// once per failing member.
+func TestBatchRerunsOnceThenUsesSavepoints(t *testing.T) {
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8}})
+	var runs [4]atomic.Int32
+	fns := make([]txFn, 4)
+	for i := range fns {
+		fns[i] = func(ctx context.Context, tx *guard.Tx) error {
+			runs[i].Add(1)
+			if err := increment(ctx, tx, 1); err != nil {
+				return err
+			}
+			if i == 1 || i == 2 {
+				return errBoom
+			}
+			return nil
+		}
+	}
+	errs := queued(t, e, e.g, "k", fns)
+	if errs[0] != nil || !errors.Is(errs[1], errBoom) || !errors.Is(errs[2], errBoom) || errs[3] != nil {
+		t.Fatalf("Do = %v; want nil, errBoom, errBoom, nil", errs)
+	}
+	var got [4]int32
+	for i := range runs {
+		got[i] = runs[i].Load()
+	}
+	if got != [4]int32{2, 1, 1, 1} {
+		t.Fatalf("fn runs %v, want [2 1 1 1]", got)
+	}
+	if n := e.counter(1); n != 2 {
+		t.Fatalf("counter %d, want 2: members 0 and 3 committed once each", n)
+	}
+	e.assertFree("k")
+}
+
+// With the lock handed on at the claim, a batch that rolls back to run its
+// other members again without a failed one takes a new turn and token: the
+// next holder may already have claimed the row. The work still lands once.
+func TestBatchRerunAfterHandOffTakesNewTurn(t *testing.T) {
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, HandOffAtClaim: true, RelayConns: true}})
+	var tokens0 []uint64
+	var mu sync.Mutex
+	errs := queued(t, e, e.g, "k", []txFn{
+		func(ctx context.Context, tx *guard.Tx) error {
+			mu.Lock()
+			tokens0 = append(tokens0, tx.Token())
+			mu.Unlock()
+			return increment(ctx, tx, 1)
+		},
+		func(ctx context.Context, tx *guard.Tx) error {
+			if err := increment(ctx, tx, 1); err != nil {
+				return err
+			}
+			return errBoom
+		},
+		func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 2) },
+	})
+	if errs[0] != nil || !errors.Is(errs[1], errBoom) || errs[2] != nil {
+		t.Fatalf("Do = %v; want nil, errBoom, nil", errs)
+	}
+	if len(tokens0) != 2 || tokens0[1] <= tokens0[0] {
+		t.Fatalf("member 0 ran with tokens %v, want two, the second newer", tokens0)
+	}
+	if a, b := e.counter(1), e.counter(2); a != 1 || b != 1 {
+		t.Fatalf("counters %d %d, want 1 1", a, b)
+	}
+	e.assertFree("k")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/redislock"
 )
@@ -24,17 +25,68 @@ type batchRun struct {
 	owner    string
 	acquired time.Time
 	released chan struct{} // see Guard.commit
+
+	// careful is set once a member's error has made the batch run again
+	// without it: from then on each member runs inside a savepoint.
+	careful bool
+	// rerun is set by an attempt that rolled back because a member failed,
+	// to run the others again at once (see turns).
+	rerun bool
+	// ho, with Options.HandOffAtClaim, passes the current turn of the lock
+	// on once the claim holds the fence row.
+	ho *handOff
 }
 
-// runBatch is the goroutine of a batch at the head of its key's queue. Its
-// owners are the batch's members: the last one to leave waits for it.
+// runBatch is the goroutine of a batch at the head of its key's queue (or,
+// with Options.HandOffAtClaim, right behind a head that handed the lock
+// on). Its owners are the batch's members: the last one to leave waits for
+// it.
 func (g *Guard) runBatch(b *batch) {
 	defer close(b.finished)
 	defer g.batches.finish(g, b)
 	defer b.cancel(nil)
+	if g.opt.RelayConns {
+		defer g.leaveRelay(b.key) // entered by batches.join
+	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
-	key := b.key
+	var uerr error
+	// A batch that handed the lock on at the claim and must run again takes
+	// a new turn (see attempts).
+	for first := 1; first > 0; {
+		lk, ok := r.lock()
+		if !ok {
+			return
+		}
+		var detach, stop func()
+		r.lctx, detach, stop = g.watch(r.ctx, lk)
+		r.ho = nil
+		if g.opt.HandOffAtClaim {
+			r.ho = newHandOff(g, lk, detach)
+		}
+		first = r.attempts(first)
+		stop()
+		ustart := time.Now()
+		if r.ho.handed() {
+			uerr = r.ho.wait()
+			ustart = r.ho.start
+		} else {
+			uerr = g.unlock(r.ctx, lk)
+		}
+		r.step(r.b.members, StepUnlock, 0, ustart, uerr)
+		if uerr != nil {
+			break
+		}
+	}
+	if r.released != nil {
+		<-r.released
+	}
+	r.deliver(nil, uerr)
+}
 
+// lock takes a turn of the key's lock for the batch. When it fails, it
+// delivers every member's result and returns false.
+func (r *batchRun) lock() (*redislock.Lock, bool) {
+	g, key := r.g, r.b.key
 	start := time.Now()
 	var lk *redislock.Lock
 	var err error
@@ -43,10 +95,10 @@ func (g *Guard) runBatch(b *batch) {
 		if err != nil && r.ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
 			g.opt.Logger.Debug("guard: Redis unavailable for this batch", "key", key, "err", err)
 			g.batches.mu.Lock()
-			b.closed = true
+			r.b.closed = true
 			g.batches.mu.Unlock()
 			r.deliver(errUseDatabase, nil)
-			return
+			return nil, false
 		}
 	} else {
 		lk, err = g.locker.Lock(r.ctx, key)
@@ -55,28 +107,16 @@ func (g *Guard) runBatch(b *batch) {
 		err = fmt.Errorf("guard: lock %q: %w", key, err)
 		r.grant(0, err)
 		r.deliver(err, nil)
-		return
+		return nil, false
 	}
 	r.acquired = time.Now()
 	r.token, r.owner = lk.Token(), lk.Owner()
 	r.grant(r.token, nil)
-	g.opt.Logger.Debug("guard: lock acquired", "key", key, "token", r.token, "wait", r.acquired.Sub(start), "batch", len(b.members))
+	g.opt.Logger.Debug("guard: lock acquired", "key", key, "token", r.token, "wait", r.acquired.Sub(start), "batch", len(r.b.members))
 	if h := g.opt.Hooks.OnAcquired; h != nil {
 		h(key, r.token, r.acquired.Sub(start))
 	}
-
-	var stop func()
-	r.lctx, _, stop = g.watch(r.ctx, lk)
-	r.attempts()
-	stop()
-
-	ustart := time.Now()
-	uerr := g.unlock(r.ctx, lk)
-	r.step(r.b.members, StepUnlock, 0, ustart, uerr)
-	if r.released != nil {
-		<-r.released
-	}
-	r.deliver(nil, uerr)
+	return lk, true
 }
 
 // grant closes the batch to new members and records each member's lock
@@ -190,30 +230,50 @@ func (r *batchRun) deliver(err, uerr error) {
 	}
 }
 
-// attempts runs the batch's transaction until every member has a result,
-// retrying the whole transaction after a failure of its own statements, as
-// Guard.attempts does for one caller.
-func (r *batchRun) attempts() {
+// attempts runs the batch's transaction from attempt number first until
+// every member has a result, retrying the whole transaction after a failure
+// of its own statements, as Guard.attempts does for one caller. again is the
+// number of the next attempt when it must run under a new turn of the lock,
+// because this turn was handed on at the claim; 0 otherwise.
+func (r *batchRun) attempts(first int) (again int) {
 	g, key := r.g, r.b.key
-	for n := 1; ; n++ {
+	for n := first; ; n++ {
 		retry, err := r.attempt(n)
+		if r.rerun {
+			// A member's error rolled the transaction back: the others run
+			// again at once. This is not a failed attempt; each rerun
+			// leaves one member out, so there are fewer than MaxBatch.
+			r.rerun = false
+			if r.ho.handed() {
+				// The next holder may have claimed the row meanwhile.
+				return n
+			}
+			n--
+			continue
+		}
 		if !retry {
 			if err != nil {
 				r.settleOpen(err)
 			}
-			return
+			return 0
 		}
 		if n >= g.opt.MaxAttempts {
 			r.settleOpen(fmt.Errorf("guard: %q: giving up after %d attempts: %w", key, n, err))
-			return
+			return 0
 		}
 		g.opt.Logger.Warn("guard: retrying batch transaction", "key", key, "token", r.token, "attempt", n, "err", err)
 		if h := g.opt.Hooks.OnRetry; h != nil {
 			h(key, n, err)
 		}
+		if r.ho.handed() {
+			// As for one caller (see Guard.attempts): the same token could
+			// now be fenced, and no lock keeps the next holder out. The next
+			// attempt waits for a new turn and token.
+			return n + 1
+		}
 		if serr := sleep(r.lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
 			r.settleOpen(errors.Join(err, g.lostOr(r.lctx, serr)))
-			return
+			return 0
 		}
 	}
 }
@@ -244,7 +304,21 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
 	// fn returned must not roll back a commit that is safe to make.
-	stx, err := g.db.BeginTxx(ctx, g.opt.TxOptions)
+	var stx *sqlx.Tx
+	var lg *leg // with Options.RelayConns: the transaction may be passed on chained
+	kept := false
+	if g.opt.RelayConns {
+		if lg, err = g.takeLeg(ctx, key); err == nil {
+			stx = lg.tx
+			defer func() {
+				if !kept {
+					lg.end()
+				}
+			}()
+		}
+	} else {
+		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
+	}
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
@@ -267,7 +341,27 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	claimed = true
 	r.step(open, StepClaim, n, cstart, nil)
 
-	ran, failed, causer := r.turns(open, tx, n)
+	fctx := lctx
+	if r.ho != nil && !r.ho.handed() {
+		// As for one caller (see Guard.attempt): the fence row's lock keeps
+		// the next holder out from here, so the Redis lock goes on now, and
+		// the next batch starts its turn. fn's ctx ends with the
+		// transaction rather than with the lease.
+		r.ho.release(ctx)
+		g.batches.startNext(g, r.b)
+		c, cancel := context.WithCancelCause(lctx)
+		defer cancel(nil)
+		tx.onFail = cancel
+		fctx = c
+	}
+	ran, failed, causer := r.turns(open, tx, n, fctx)
+	if r.rerun {
+		finished = true
+		g.rollback(ctx, stx)
+		r.unran(open)
+		r.careful = true
+		return false, nil
+	}
 	if failed != nil {
 		finished = true
 		g.rollback(ctx, stx)
@@ -309,7 +403,9 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	finished = true
 	mstart := time.Now()
-	if cerr := g.commit(ctx, stx, &r.released, nil); cerr != nil {
+	var cerr error
+	kept, cerr = g.commitLeg(ctx, key, stx, lg, &r.released)
+	if cerr != nil {
 		retry, err := g.commitFailed(ctx, tx, r.acquired, cerr)
 		r.step(ran, StepCommit, n, mstart, err)
 		if retry {
@@ -332,12 +428,25 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 // turns hands tx to each member of open in order and returns those whose
 // work is in tx. It stops early when the lock is lost or tx fails; failed
 // is then tx's failure, and causer the member whose turn it was.
-func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *txFailure, causer *member) {
-	g, key, ctx, lctx := r.g, r.b.key, r.ctx, r.lctx
+//
+// Members run inside savepoints only when the batch is careful (or
+// Options.BatchSavepoints asks for them). Otherwise a member's error (or
+// panic) settles that member, and turns stops with r.rerun set: the
+// transaction is rolled back and the others run again, carefully. A batch
+// whose fns succeed so saves a round trip per member, and one whose fns
+// fail pays for one member's work twice at most.
+// lctx is the members' ctx: it ends when the lock is lost or, after a
+// hand-off at the claim, when tx fails.
+func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (ran []*member, failed *txFailure, causer *member) {
+	g, key, ctx := r.g, r.b.key, r.ctx
 	// One member needs no savepoint: its error rolls the transaction back.
-	savepoints := len(open) > 1
+	savepoints := len(open) > 1 && (r.careful || g.opt.BatchSavepoints)
+	optimistic := len(open) > 1 && !savepoints
 	for _, m := range open {
 		if lctx.Err() != nil {
+			if f := tx.failure(); f != nil {
+				return ran, f, nil
+			}
 			return ran, nil, nil
 		}
 		var sp string
@@ -349,7 +458,7 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *
 				return ran, r.broken(tx, fmt.Errorf("guard: %q: savepoint: %w", key, err)), nil
 			}
 		}
-		rep, handed := r.handOver(m, tx)
+		rep, handed := r.handOver(m, tx, lctx)
 		switch {
 		case !handed:
 			continue
@@ -358,8 +467,15 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *
 			continue
 		case rep.aborted != nil:
 			// The member is leaving with a panic: undo its work first.
-			if savepoints {
+			switch {
+			case savepoints:
 				r.rollbackTo(tx, sp, spn)
+			case optimistic && tx.failure() == nil:
+				g.rollback(ctx, tx.Tx)
+				close(rep.aborted)
+				r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
+				r.rerun = true
+				return nil, nil, nil
 			}
 			close(rep.aborted)
 			r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
@@ -385,6 +501,11 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *
 			if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
 				ferr = fmt.Errorf("%w (fn: %w)", cause, rep.err)
 			}
+			if optimistic {
+				r.settle(m, ferr)
+				r.rerun = true
+				return nil, nil, nil
+			}
 			if !savepoints {
 				r.settle(m, ferr)
 				return ran, nil, nil
@@ -409,7 +530,7 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int) (ran []*member, failed *
 
 // handOver gives m its turn and waits for its report. handed is false when
 // m has left.
-func (r *batchRun) handOver(m *member, tx *Tx) (rep report, handed bool) {
+func (r *batchRun) handOver(m *member, tx *Tx, lctx context.Context) (rep report, handed bool) {
 	bs := &r.g.batches
 	bs.mu.Lock()
 	if m.left || m.final {
@@ -418,7 +539,7 @@ func (r *batchRun) handOver(m *member, tx *Tx) (rep report, handed bool) {
 	}
 	m.turnSent = true
 	bs.mu.Unlock()
-	m.turn <- turn{tx: tx, lctx: r.lctx}
+	m.turn <- turn{tx: tx, lctx: lctx}
 	return <-m.report, true
 }
 

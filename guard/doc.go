@@ -154,10 +154,14 @@
 // and fn never runs concurrently with another fn of the key.
 //
 // What it costs and changes:
-//   - When a batch has more than one caller, each fn runs inside a savepoint
-//     (one more round trip per caller): an fn that returns an error (or
-//     panics) is rolled back to it and only that caller gets the error (or
-//     the panic, on its own goroutine); the others' work commits.
+//   - An fn that returns an error (or panics) has its work undone and only
+//     its caller gets the error (or the panic, on its own goroutine); the
+//     others' work commits. By default the batch runs its fns without
+//     savepoints and, on such an error, rolls the transaction back and
+//     runs the other fns again (those before the failed one run twice),
+//     each inside a savepoint from then on. With Options.BatchSavepoints,
+//     each fn runs inside a savepoint from the start: one more round trip
+//     per caller, and nothing runs twice.
 //   - The callers of a batch share its fate otherwise: a failure of the
 //     transaction's own statements (deadlock, lock wait timeout, lost
 //     connection), in any fn, runs every fn of the batch again, up to
@@ -178,7 +182,9 @@
 //     caller's Do does when its ctx ends.
 //   - Keys, tokens and transactions are shared, so Tx.Token, Tx.OpID and
 //     Tx.Attempt are the batch's. Do inside fn on the same key joins the
-//     batch's transaction, as it joins an enclosing Do.
+//     batch's transaction, as it joins an enclosing Do. The batch's own
+//     statements (BEGIN, claim, COMMIT) and its lock calls run on a ctx
+//     with the values of the ctx of the caller that opened the batch.
 //   - Hooks: OnDo, OnStep and OnDone are per caller. Each caller's OnStep
 //     reports its lock wait, the batch's claims, COMMIT and unlock, and its
 //     own fn, with their own times, on its own goroutine as its Do returns;
@@ -234,7 +240,11 @@
 //     finds a newer token and returns [ErrOutcomeUnknown] rather than nil or
 //     [ErrNotCommitted].
 //
-// It does not apply to batches (Options.MaxBatch) nor in database mode.
+// With Options.MaxBatch, a batch hands the lock on once its claim holds the
+// row, and the next batch of the key in this process starts its turn then,
+// rather than after the COMMIT; a batch whose attempt fails after the
+// hand-off (including one that rolls back to run again without a failed
+// member) takes a new turn and token. It does not apply in database mode.
 //
 // # Relaying transactions between a key's callers
 //
@@ -253,7 +263,9 @@
 // A hot key then keeps about two connections out of the pool while it has
 // callers, and a cold key none. Combined with Options.HandOffAtClaim, the
 // hot key's throughput beside busy cold keys comes close to that of the
-// hot key alone (see bench/README.md). It does not apply to batches.
+// hot key alone (see bench/README.md). With Options.MaxBatch, each batch
+// counts as one caller: a committing batch chains its transaction to the
+// key's next batch in this process.
 //
 // # Namespaces
 //

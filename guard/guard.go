@@ -526,30 +526,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	finished = true
 	mstart := tr.now()
 	var cerr error
-	switch {
-	case lg != nil && g.reserve(key):
-		// Another caller of the key is under way here: commit and begin its
-		// transaction in one round trip, and pass that on.
-		if _, cerr = stx.ExecContext(ctx, "COMMIT AND CHAIN"); cerr != nil {
-			_ = stx.Rollback() // the connection is closed: nothing is sent
-			g.unreserve(key)
-			break
-		}
-		kept = true
-		if lg.unbind() {
-			g.passOn(key, lg, true)
-		} else {
-			lg.cancel() // ctx ended: database/sql rolls the new transaction back
-			g.unreserve(key)
-		}
-	case lg != nil:
-		kept = true
-		if cerr = g.commit(ctx, stx, released, lg.end); cerr != nil {
-			lg.end()
-		}
-	default:
-		cerr = g.commit(ctx, stx, released, nil)
-	}
+	kept, cerr = g.commitLeg(ctx, key, stx, lg, released)
 	if err := cerr; err != nil {
 		retry, err := g.commitFailed(ctx, tx, acquired, err)
 		tr.step(StepCommit, token, n, mstart, err)
@@ -558,6 +535,37 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	tr.step(StepCommit, token, n, mstart, nil)
 	g.committed(ctx, tx, acquired)
 	return false, nil
+}
+
+// commitLeg commits stx, the transaction of lg when lg is not nil
+// (Options.RelayConns). When another caller of key is under way here, it
+// commits with COMMIT AND CHAIN and passes the new transaction on. kept
+// reports that lg is taken care of: the caller must not end it.
+func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg, released *chan struct{}) (kept bool, err error) {
+	switch {
+	case lg != nil && g.reserve(key):
+		// Another caller of the key is under way here: commit and begin its
+		// transaction in one round trip, and pass that on.
+		if _, err = stx.ExecContext(ctx, "COMMIT AND CHAIN"); err != nil {
+			_ = stx.Rollback() // the connection is closed: nothing is sent
+			g.unreserve(key)
+			return false, err
+		}
+		if lg.unbind() {
+			g.passOn(key, lg, true)
+		} else {
+			lg.cancel() // ctx ended: database/sql rolls the new transaction back
+			g.unreserve(key)
+		}
+		return true, nil
+	case lg != nil:
+		if err = g.commit(ctx, stx, released, lg.end); err != nil {
+			lg.end()
+		}
+		return true, err
+	default:
+		return false, g.commit(ctx, stx, released, nil)
+	}
 }
 
 // commit commits stx, returning when ctx ends even if the server or the

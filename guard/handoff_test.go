@@ -30,6 +30,9 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 		{"handoff", guard.Options{HandOffAtClaim: true}},
 		{"relay", guard.Options{RelayConns: true}},
 		{"handoff+relay", guard.Options{HandOffAtClaim: true, RelayConns: true}},
+		{"batch+handoff", guard.Options{MaxBatch: 4, HandOffAtClaim: true}},
+		{"batch+relay", guard.Options{MaxBatch: 4, RelayConns: true}},
+		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOffAtClaim: true, RelayConns: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var inFn, grantedInFn atomic.Int64
@@ -126,9 +129,15 @@ func (c *chainCounter) Write(p []byte) (int, error) {
 // The paused holder's lock is gone, yet its fn's ctx stays alive and it
 // commits.
 func TestHandOffPausedHolder(t *testing.T) {
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) { testHandOffPausedHolder(t, batch) })
+	}
+}
+
+func testHandOffPausedHolder(t *testing.T, maxBatch int) {
 	granted := make(chan uint64, 4)
 	var lost atomic.Int64
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, MaxBatch: maxBatch, Hooks: guard.Hooks{
 		OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token },
 		OnLost:     func(string, uint64) { lost.Add(1) },
 	}}})
@@ -190,8 +199,14 @@ func TestHandOffPausedHolder(t *testing.T) {
 // then claims with a new, higher token instead of being fenced, and fn's ctx
 // ended as soon as the transaction was lost.
 func TestHandOffRetryTakesNewTurn(t *testing.T) {
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) { testHandOffRetryTakesNewTurn(t, batch) })
+	}
+}
+
+func testHandOffRetryTakesNewTurn(t *testing.T, maxBatch int) {
 	granted := make(chan uint64, 8)
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, BackoffMin: time.Millisecond,
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, MaxBatch: maxBatch, BackoffMin: time.Millisecond,
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token }}}})
 	ctx := context.Background()
 	var tokens []uint64

@@ -152,13 +152,24 @@ type Options struct {
 	// this process that arrive while the key's current batch waits for or
 	// holds the lock join the next batch, up to MaxBatch of them, and that
 	// batch runs each caller's fn in turn inside one transaction, under one
-	// lock turn, one claim and one COMMIT. Each fn runs inside a savepoint
-	// of its own (when the batch has more than one caller), so that an
-	// error of one caller undoes only its work. See "Batching" in the
-	// package documentation for when it pays and what it costs. 0 and 1
-	// turn it off.
+	// lock turn, one claim and one COMMIT. An error of one caller undoes
+	// only its work: the batch rolls back and runs the others again, each
+	// inside a savepoint of its own (see BatchSavepoints). See "Batching"
+	// in the package documentation for when it pays and what it costs. 0
+	// and 1 turn it off.
 	// default: 0 (every Do runs its own transaction)
 	MaxBatch int
+
+	// BatchSavepoints runs each fn of a batch of more than one caller
+	// inside a savepoint of its own from the start, one more round trip
+	// per caller, so that an fn's error is undone by rolling back to it.
+	// By default a batch runs its fns without savepoints, and when one
+	// returns an error (or panics) rolls the whole transaction back and
+	// runs the others again, with savepoints: cheaper while errors are
+	// rare, and never more than one fn's work done twice per error. Set it
+	// when fns often fail, or are expensive to run again.
+	// default: false
+	BatchSavepoints bool
 
 	// HandOffAtClaim passes the Redis lock on to the key's next waiter as
 	// soon as the attempt's claim holds the fence row, before fn runs,
@@ -172,8 +183,9 @@ type Options struct {
 	// a retry takes a new turn and token, at most two transactions of a key
 	// (one running, one waiting for the row) hold connections, and a
 	// holder stopped inside fn delays the next one up to
-	// innodb_lock_wait_timeout per attempt. It does not apply to batches
-	// (MaxBatch) or in database mode (Fallback).
+	// innodb_lock_wait_timeout per attempt. With MaxBatch, a batch hands
+	// the lock on at its claim and the key's next batch here starts its
+	// turn then. It does not apply in database mode (Fallback).
 	//
 	// It relies on the fence row's lock, so every Guard that takes the same
 	// Redis lock (the same Locker prefix and key) must claim the same fence
@@ -195,7 +207,7 @@ type Options struct {
 	// key here uses the pool as usual; a relayed transaction nobody takes
 	// within 50ms is rolled back and its connection returned. See "Relaying
 	// transactions between a key's callers" in the package documentation.
-	// It does not apply to batches (MaxBatch).
+	// With MaxBatch, a batch counts as one caller.
 	// default: false (every transaction begins on the pool)
 	RelayConns bool
 

@@ -63,6 +63,10 @@ type Tx struct {
 	// first failure: the transaction, and with it the fence row's lock, is
 	// gone.
 	onFail func(error)
+	// memberFail, in a batch whose lock was handed on, ends the ctx of the
+	// member whose fn runs, as onFail ends the batch's: at once, before the
+	// failing statement returns.
+	memberFail atomic.Pointer[context.CancelCauseFunc]
 
 	// ended is set when Do is done with the transaction, before it commits
 	// or rolls back: with Options.RelayConns the *sqlx.Tx lives on, chained,
@@ -123,6 +127,9 @@ func (t *Tx) Rollback() error { return ErrTxManaged }
 func (t *Tx) fail(err error, retry bool) {
 	if t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry}) && t.onFail != nil {
 		t.onFail(err)
+		if f := t.memberFail.Load(); f != nil {
+			(*f)(err)
+		}
 	}
 }
 

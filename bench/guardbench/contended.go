@@ -71,8 +71,11 @@ func (s *setup) variants() []variant {
 	}
 	vs := []variant{{"sql", "FOR UPDATE", forUpdate}}
 	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"handoff", "Do handoff", through(s.gHandOff)},
-		{"relay", "Do relay", through(s.gRelay)}, {"both", "Do both", through(s.gBoth)}} {
-		if s.cfg.variants == "" || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
+		{"relay", "Do relay", through(s.gRelay)}, {"both", "Do both", through(s.gBoth)},
+		{"batch", "Do batch", through(s.gBatch)}, {"batchsp", "Do batch+savepoints", through(s.gBatchSP)},
+		{"batchboth", "Do batch+both", through(s.gBatchBoth)}} {
+		batch := strings.HasPrefix(v.short, "batch")
+		if (s.cfg.variants == "" && !batch) || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
 			vs = append(vs, v)
 		}
 	}

@@ -41,6 +41,7 @@ type config struct {
 	opTimeout      time.Duration
 	opTimeoutSet   bool
 	maxBatch       int // guard.Options.MaxBatch of the Guard under test
+	batch          int // guard.Options.MaxBatch of the batch variants
 }
 
 // modeNames are the modes in the order they run by default.
@@ -64,10 +65,11 @@ func main() {
 	flag.IntVar(&c.pool, "pool", 16, "DB connection pool size in the hot and mixed modes")
 	flag.DurationVar(&c.dur, "d", 5*time.Second, "length of each run in the hot and mixed modes")
 	flag.IntVar(&c.rounds, "rounds", 2, "runs per variant in the hot and mixed modes, the variants alternating")
-	flag.IntVar(&c.maxBatch, "maxbatch", 0, "guard.Options.MaxBatch of the Guard under test (0: off)")
+	flag.IntVar(&c.maxBatch, "maxbatch", 0, "guard.Options.MaxBatch of the do, handoff, relay and both variants (0: off)")
+	flag.IntVar(&c.batch, "batch", 16, "guard.Options.MaxBatch of the batch, batchsp and batchboth variants")
 	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
-	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do, handoff (guard.Do with HandOffAtClaim), relay (with RelayConns), both (default: all)")
+	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do, handoff (guard.Do with HandOffAtClaim), relay (with RelayConns), both, batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchboth (with HandOffAtClaim and RelayConns) (default: do, handoff, relay, both)")
 	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, handoff, relay or both")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
 	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "give every operation a ctx with this timeout, as services do (default: none in the uncontended and hot modes, whose COMMIT then cannot be cut short; 30s in the mixed mode)")
@@ -143,6 +145,9 @@ type setup struct {
 	gHandOff     *guard.Guard // g with Options.HandOffAtClaim
 	gRelay       *guard.Guard // g with Options.RelayConns
 	gBoth        *guard.Guard // g with both
+	gBatch       *guard.Guard // Options.MaxBatch -batch
+	gBatchSP     *guard.Guard // gBatch with Options.BatchSavepoints
+	gBatchBoth   *guard.Guard // gBatch with HandOffAtClaim and RelayConns
 	servers      servers
 	redis, mysql *meter
 	tally        *txTally
@@ -214,6 +219,9 @@ func run(c config) error {
 	s.gHandOff = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOffAtClaim: true})
 	s.gRelay = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, RelayConns: true})
 	s.gBoth = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOffAtClaim: true, RelayConns: true})
+	s.gBatch = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch})
+	s.gBatchSP = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch, BatchSavepoints: true})
+	s.gBatchBoth = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch, HandOffAtClaim: true, RelayConns: true})
 
 	s.servers = findServers(mcfg.Addr, c.redisAddr)
 	if err := s.printServers(ctx, mcfg.Addr, name); err != nil {
