@@ -16,10 +16,13 @@
 //     -op-timeout (default 30s here), so COMMIT is bound to it as in a
 //     service.
 //
-// guard.Do runs through four Guards on the same Locker and pool: the
-// defaults (do), Options.HandOffAtClaim (handoff), Options.RelayConns
-// (relay) and both (both); -hot picks some of them. The uncontended mode
-// runs the defaults and both.
+// guard.Do runs through Guards on the same Locker and pool: the defaults
+// (do), Options.HandOffAtClaim (handoff), Options.RelayConns (relay) and
+// both (both), which run by default; and, when -hot names them, three that
+// combine callers with Options.MaxBatch -batch (default 16): batch,
+// batchsp (with Options.BatchSavepoints) and batchboth (with
+// HandOffAtClaim and RelayConns). The uncontended mode runs the defaults
+// and both.
 //
 // For hot and mixed, per variant: throughput of the hot and the cold
 // callers and in all, latency p50/p99/max, the most DB connections in use at
@@ -40,9 +43,10 @@
 //	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
 //	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
 //	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,handoff,relay,both]
-//	    [-maxbatch 0] [-cpuprofile file] [-cpuprofile-variant do]
+//	    [-maxbatch 0] [-batch 16] [-cpuprofile file] [-cpuprofile-variant do]
 //
-// -maxbatch sets guard.Options.MaxBatch of the Guard under test (0: off).
+// -maxbatch sets guard.Options.MaxBatch of the do, handoff, relay and both
+// Guards (0: off); -batch that of the batch variants.
 //
 // It creates a scratch database and Redis keys under a random prefix and
 // removes both at the end.
