@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/redislock"
 )
@@ -304,21 +303,13 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
 	// fn returned must not roll back a commit that is safe to make.
-	var stx *sqlx.Tx
-	var lg *leg // with Options.RelayConns: the transaction may be passed on chained
-	kept := false
-	if g.opt.RelayConns {
-		if lg, err = g.takeLeg(ctx, key); err == nil {
-			stx = lg.tx
-			defer func() {
-				if !kept {
-					lg.end()
-				}
-			}()
+	stx, lg, err := g.begin(ctx, key)
+	kept := false // lg is taken care of
+	defer func() {
+		if lg != nil && !kept {
+			lg.end()
 		}
-	} else {
-		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
-	}
+	}()
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}

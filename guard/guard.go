@@ -413,21 +413,13 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
-	var stx *sqlx.Tx
-	var lg *leg // with Options.RelayConns: the transaction may be passed on chained
-	kept := false
-	if g.opt.RelayConns {
-		if lg, err = g.takeLeg(ctx, key); err == nil {
-			stx = lg.tx
-			defer func() {
-				if !kept {
-					lg.end()
-				}
-			}()
+	stx, lg, err := g.begin(ctx, key)
+	kept := false // lg is taken care of
+	defer func() {
+		if lg != nil && !kept {
+			lg.end()
 		}
-	} else {
-		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
-	}
+	}()
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}

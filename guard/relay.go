@@ -317,6 +317,20 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	return p.l, nil
 }
 
+// begin begins an attempt's transaction on key: with Options.RelayConns,
+// a leg (see takeLeg), which lg returns and the caller must end unless it
+// passes it on; otherwise a transaction of the pool, bound to ctx.
+func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, err error) {
+	if !g.opt.RelayConns {
+		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
+		return stx, nil, err
+	}
+	if lg, err = g.takeLeg(ctx, key); err != nil {
+		return nil, nil, err
+	}
+	return lg.tx, lg, nil
+}
+
 // beginLeg begins a transaction on the pool, bound to ctx.
 func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
 	l := newLeg(ctx)
