@@ -115,7 +115,11 @@ func (g *Guard) batched(ctx context.Context, key string, fn func(context.Context
 	err = g.await(b, m)
 	if errors.Is(err, errUseDatabase) {
 		// The batch found Redis unavailable: database mode, one caller at a
-		// time, as Do without batching.
+		// time, as Do without batching, which registers for relaying.
+		if g.opt.RelayConns {
+			g.relays.enter(key)
+			defer g.leaveRelay(key)
+		}
 		return g.runDB(ctx, key, fn, tr)
 	}
 	normal = true
@@ -152,10 +156,7 @@ func (bs *batches) join(g *Guard, key string, m *member) *batch {
 			g.relays.enter(key)
 		}
 		q.list = append(q.list, b)
-		if n := len(q.list); n == 1 || q.list[n-2].handedOff {
-			b.started = true
-			go g.runBatch(b)
-		}
+		q.startReady(g)
 	}
 	b.members = append(b.members, m)
 	b.present++
@@ -198,7 +199,7 @@ func (bs *batches) leave(g *Guard, b *batch, m *member) (last bool) {
 }
 
 // finish removes b from its queue and starts the runner of the new head,
-// unless it runs already (see startNext). The runner calls it last.
+// unless it runs already (see startReady). The runner calls it last.
 func (bs *batches) finish(g *Guard, b *batch) {
 	bs.mu.Lock()
 	q := bs.keys[b.key]
@@ -209,33 +210,33 @@ func (bs *batches) finish(g *Guard, b *batch) {
 		}
 	}
 	if len(q.list) > 0 {
-		if next := q.list[0]; !next.started {
-			next.started = true
-			go g.runBatch(next)
-		}
+		q.startReady(g)
 	} else {
 		delete(bs.keys, b.key)
 	}
 	bs.mu.Unlock()
 }
 
-// startNext records that b handed the lock on at its claim
-// (Options.HandOffAtClaim) and starts the runner of the batch after b, if
-// there is one and it does not run yet (else join starts it), so that the
-// next batch takes its turn while b's transaction runs.
-func (bs *batches) startNext(g *Guard, b *batch) {
+// startReady starts the runners of the batches that may take their turn:
+// the head, and a batch right behind one that handed the lock on at its
+// claim. batches.mu is held.
+func (q *batchQueue) startReady(g *Guard) {
+	for i, b := range q.list {
+		if !b.started && (i == 0 || q.list[i-1].handedOff) {
+			b.started = true
+			go g.runBatch(b)
+		}
+	}
+}
+
+// setHandedOff records whether b's current turn has handed the lock on at
+// its claim, and starts the batch behind it when it has.
+func (bs *batches) setHandedOff(g *Guard, b *batch, handed bool) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	b.handedOff = true
-	q := bs.keys[b.key]
-	for i, x := range q.list {
-		if x == b && i+1 < len(q.list) {
-			if next := q.list[i+1]; !next.started {
-				next.started = true
-				go g.runBatch(next)
-			}
-			return
-		}
+	b.handedOff = handed
+	if handed {
+		bs.keys[b.key].startReady(g)
 	}
 }
 

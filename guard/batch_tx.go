@@ -51,7 +51,7 @@ func (g *Guard) runBatch(b *batch) {
 	var uerr error
 	// A batch that handed the lock on at the claim and must run again takes
 	// a new turn (see attempts).
-	for first := 1; first > 0; {
+	for turn, first := 0, 1; first > 0; turn++ {
 		lk, ok := r.lock()
 		if !ok {
 			return
@@ -61,6 +61,11 @@ func (g *Guard) runBatch(b *batch) {
 		r.ho = nil
 		if g.opt.HandOffAtClaim {
 			r.ho = newHandOff(g, lk, detach)
+			if turn > 0 {
+				// A new turn: batches formed behind this one wait for it
+				// to hand the lock on again.
+				g.batches.setHandedOff(g, b, false)
+			}
 		}
 		first = r.attempts(first)
 		stop()
@@ -244,7 +249,11 @@ func (r *batchRun) attempts(first int) (again int) {
 			// leaves one member out, so there are fewer than MaxBatch.
 			r.rerun = false
 			if r.ho.handed() {
-				// The next holder may have claimed the row meanwhile.
+				// The next holder may have claimed the row meanwhile: a new
+				// turn, unless no member is left to run.
+				if len(r.open()) == 0 {
+					return 0
+				}
 				return n
 			}
 			n--
@@ -314,6 +323,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
 	tx := &Tx{Tx: stx, key: key, resource: resource, token: r.token, owner: r.owner, opID: newOpID(), attempt: n}
+	defer tx.finish()
 	finished := false
 	defer func() {
 		if !finished {
@@ -339,7 +349,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		// the next batch starts its turn. fn's ctx ends with the
 		// transaction rather than with the lease.
 		r.ho.release(ctx)
-		g.batches.startNext(g, r.b)
+		g.batches.setHandedOff(g, r.b, true)
 		c, cancel := context.WithCancelCause(lctx)
 		defer cancel(nil)
 		tx.onFail = cancel
@@ -392,6 +402,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	if g.beforeCommit != nil {
 		g.beforeCommit(ctx, tx)
 	}
+	tx.finish()
 	finished = true
 	mstart := time.Now()
 	var cerr error
@@ -426,6 +437,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 // transaction is rolled back and the others run again, carefully. A batch
 // whose fns succeed so saves a round trip per member, and one whose fns
 // fail pays for one member's work twice at most.
+//
 // lctx is the members' ctx: it ends when the lock is lost or, after a
 // hand-off at the claim, when tx fails.
 func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (ran []*member, failed *txFailure, causer *member) {
