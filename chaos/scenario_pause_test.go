@@ -16,7 +16,12 @@ import (
 // row locks forever); another holder acquires, claims and commits. Only then
 // is the frozen process resumed: its late write must not be applied.
 func TestScenarioPausedHolder(t *testing.T) {
-	e := newEnv(t, "paused-holder", 2000)
+	runPausedHolder(t, newEnv(t, "paused-holder", 2000), false)
+}
+
+// runPausedHolder runs the paused-holder scenarios on e; handOff makes
+// every Guard hand the lock on at the claim (scenario 2b).
+func runPausedHolder(t *testing.T, e *env, handOff bool) {
 	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 90*time.Second)
 
@@ -25,9 +30,11 @@ func TestScenarioPausedHolder(t *testing.T) {
 	if err := e.db.GetContext(ctx, &v, "SELECT @@idle_transaction_timeout"); err == nil {
 		params["idle_transaction_timeout"] = "2"
 	}
+	locks := fastLocks
+	locks.handOff = handOff
 	h := StartHolder(t, holder(t), HolderConfig{Redis: srv.Addr, DSN: e.dsnVia("", params), Item: e.item, Prefix: e.prefix,
-		LeaseTTL: fastLocks.lease, WaiterTimeout: fastLocks.waiter, Recheck: fastLocks.recheck})
-	load := []*client{e.newClient(srv.Client(), e.db, fastLocks), e.newClient(srv.Client(), e.db, fastLocks)}
+		LeaseTTL: locks.lease, WaiterTimeout: locks.waiter, Recheck: locks.recheck, HandOff: handOff})
+	load := []*client{e.newClient(srv.Client(), e.db, locks), e.newClient(srv.Client(), e.db, locks)}
 	lctx, stop := context.WithCancel(ctx)
 	waitLoad := e.load(lctx, 15*time.Millisecond, load...)
 	defer func() { stop(); waitLoad() }()
@@ -42,6 +49,11 @@ func TestScenarioPausedHolder(t *testing.T) {
 		frozen := time.Now()
 		// Queued for when it runs again: continue inside fn.
 		mustNoErr(t, h.Send("go"), "send go")
+		if handOff {
+			// The retry, in a new turn, pauses in fn again: let it go on
+			// too (a "go" nobody waits for is ignored).
+			mustNoErr(t, h.Send("go"), "send go for the retry")
+		}
 		if _, ok := params["idle_transaction_timeout"]; !ok {
 			// Servers without idle_transaction_timeout: end the frozen
 			// client's transaction from outside, as a watchdog would.
@@ -53,12 +65,22 @@ func TestScenarioPausedHolder(t *testing.T) {
 		mustNoErr(t, h.Continue(), "SIGCONT")
 		op, err := b.done(ctx)
 		mustNoErr(t, err, "frozen holder's result")
-		t.Logf("round %d: resumed holder: %s %s", round, op.Outcome, op.Err)
-		if op.Outcome == Accepted {
-			t.Errorf("round %d: the resumed holder's buy (token %d) was accepted after token %d committed", round, t1, t2)
-		}
-		if n := e.ordersOf(op.ID); n != 0 {
-			t.Errorf("round %d: the resumed holder's write was applied (%d orders)", round, n)
+		t.Logf("round %d: resumed holder: %s token %d %s", round, op.Outcome, op.Token, op.Err)
+		if handOff {
+			// The retry takes a new turn and token, and may commit.
+			if n := e.ordersWithToken(t1); n != 0 {
+				t.Errorf("round %d: %d orders written under the frozen holder's token %d", round, n, t1)
+			}
+			if op.Outcome == Accepted && op.Token <= t2 {
+				t.Errorf("round %d: the resumed holder's buy was accepted under token %d, not above %d, which committed while it was frozen", round, op.Token, t2)
+			}
+		} else {
+			if op.Outcome == Accepted {
+				t.Errorf("round %d: the resumed holder's buy (token %d) was accepted after token %d committed", round, t1, t2)
+			}
+			if n := e.ordersOf(op.ID); n != 0 {
+				t.Errorf("round %d: the resumed holder's write was applied (%d orders)", round, n)
+			}
 		}
 		if strings.Contains(op.Err, "panic") {
 			t.Errorf("holder panicked: %s", op.Err)

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -111,18 +112,31 @@ func TestWithLeaseHandOffGetsTheWaitersLease(t *testing.T) {
 }
 
 // A reentrant acquisition with a shorter lease does not shorten the lock's
-// lease under the acquisition that holds it longer.
+// lease under the acquisition that holds it longer, whichever came first:
+// the short one renews every 20ms to its own 60ms, and must not cut the 10s
+// lease.
 func TestWithLeaseReentryNeverShortens(t *testing.T) {
-	rdb := testenv.Redis(t)
-	l := newTestLocker(t, rdb, nil)
-	long := mustLock(t, l, "reentry", WithOwner("job"), WithLease(10*time.Second))
-	short := mustLock(t, l, "reentry", WithOwner("job"), WithLease(60*time.Millisecond))
-	time.Sleep(300 * time.Millisecond) // several renewals of the short one
-	if got := leaseLeft(t, rdb, l, "reentry"); got < 9*time.Second {
-		t.Fatalf("PTTL %v, want the long lease kept", got)
+	for _, shortFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shortFirst=%v", shortFirst), func(t *testing.T) {
+			rdb := testenv.Redis(t)
+			l := newTestLocker(t, rdb, nil)
+			leases := []time.Duration{10 * time.Second, 60 * time.Millisecond}
+			if shortFirst {
+				leases[0], leases[1] = leases[1], leases[0]
+			}
+			var held []*Lock
+			for _, d := range leases {
+				held = append(held, mustLock(t, l, "reentry", WithOwner("job"), WithLease(d)))
+			}
+			time.Sleep(300 * time.Millisecond) // several renewals of the short one
+			if got := leaseLeft(t, rdb, l, "reentry"); got < 9*time.Second {
+				t.Fatalf("PTTL %v after renewals of the 60ms acquisition, want the 10s lease kept", got)
+			}
+			for _, lk := range held {
+				mustUnlock(t, lk)
+			}
+		})
 	}
-	mustUnlock(t, short)
-	mustUnlock(t, long)
 }
 
 func TestWithLeaseInvalid(t *testing.T) {
@@ -145,19 +159,4 @@ func TestWithLeaseInvalid(t *testing.T) {
 	if n := rdb.Exists(testCtx(t), k.all()...).Val(); n != 0 {
 		t.Fatalf("%d keys written for invalid leases", n)
 	}
-}
-
-// The same with the short acquisition first: it renews every 20ms to its
-// own 60ms, and must not cut the 10s lease the later acquisition set.
-func TestWithLeaseShortRenewalsKeepALongerReentry(t *testing.T) {
-	rdb := testenv.Redis(t)
-	l := newTestLocker(t, rdb, nil)
-	short := mustLock(t, l, "reentry", WithOwner("job"), WithLease(60*time.Millisecond))
-	long := mustLock(t, l, "reentry", WithOwner("job"), WithLease(10*time.Second))
-	time.Sleep(300 * time.Millisecond) // several renewals of the short one
-	if got := leaseLeft(t, rdb, l, "reentry"); got < 9*time.Second {
-		t.Fatalf("PTTL %v after renewals of the 60ms acquisition, want the 10s lease kept", got)
-	}
-	mustUnlock(t, short)
-	mustUnlock(t, long)
 }

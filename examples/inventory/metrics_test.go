@@ -110,6 +110,16 @@ func formatBounds(bs []float64) []string {
 }
 
 // get returns a sample's value, failing the test when it is missing.
+// expect reports every sample of want whose value differs.
+func (e exposition) expect(t *testing.T, want map[string]float64) {
+	t.Helper()
+	for sample, w := range want {
+		if got := e.get(t, sample); got != w {
+			t.Errorf("%s = %v, want %v", sample, got, w)
+		}
+	}
+}
+
 func (e exposition) get(t *testing.T, sample string) float64 {
 	t.Helper()
 	v, ok := e.samples[sample]
@@ -158,24 +168,13 @@ func TestServeMetrics(t *testing.T) {
 	testServers(t)
 	ctx, stop := context.WithCancel(testCtx(t))
 	defer stop()
-	pr, pw := io.Pipe()
-	var stderr strings.Builder
-	code := make(chan int, 1)
-	go func() {
-		defer pw.Close()
-		code <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-sku", "gauge", "-stock", "9", "-redis-prefix", testenv.Prefix(t)}, pw, &stderr)
-	}()
-	base := listeningOn(t, pr)
+	base, shutdown := startServe(ctx, t, "-sku", "gauge", "-stock", "9")
 	defer func() {
 		stop()
-		go func() { _, _ = io.Copy(io.Discard, pr) }()
-		if c := <-code; c != exitOK {
-			t.Errorf("exit status %d; stderr: %s", c, stderr.String())
+		if c, stderr := shutdown(); c != exitOK {
+			t.Errorf("exit status %d; stderr: %s", c, stderr)
 		}
 	}()
-	if base == "" {
-		t.Fatalf("no listening line; stderr: %s", stderr.String())
-	}
 
 	// 12 orders of one unit each for a stock of 9, 6 of them at once.
 	statuses := map[int]int{}
@@ -220,7 +219,7 @@ func TestServeMetrics(t *testing.T) {
 		}
 	}
 	// A sold-out answer is fn's error: the call failed and was rolled back.
-	for sample, want := range map[string]float64{
+	e.expect(t, map[string]float64{
 		`redfence_do_total{mode="redis",outcome="committed"}`:    9,
 		`redfence_do_total{mode="redis",outcome="failed"}`:       3,
 		`redfence_do_total{mode="redis",outcome="fenced"}`:       0,
@@ -232,11 +231,7 @@ func TestServeMetrics(t *testing.T) {
 		`redfence_lock_hold_seconds_count`:                       12,
 		`redfence_locks_held`:                                    0,
 		`redfence_fallback_active`:                               0,
-	} {
-		if got := e.get(t, sample); got != want {
-			t.Errorf("%s = %v, want %v", sample, got, want)
-		}
-	}
+	})
 	if e.get(t, "redfence_lock_hold_seconds_sum") <= 0 {
 		t.Error("the holds add up to no time")
 	}
@@ -244,6 +239,30 @@ func TestServeMetrics(t *testing.T) {
 
 // listeningOn reads the serve subcommand's stdout up to its listening line
 // and returns the base URL, or "" when the program ended first.
+// startServe runs the serve subcommand with args on a free port and the
+// test's Redis prefix until ctx ends, and returns the URL it listens on.
+// shutdown, called once ctx has ended, returns its exit status and stderr.
+func startServe(ctx context.Context, t *testing.T, args ...string) (base string, shutdown func() (int, string)) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var stderr strings.Builder
+	code := make(chan int, 1)
+	go func() {
+		defer pw.Close()
+		code <- run(ctx, append([]string{"serve", "-addr", "127.0.0.1:0", "-redis-prefix", testenv.Prefix(t)}, args...), pw, &stderr)
+	}()
+	base = listeningOn(t, pr)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	shutdown = func() (int, string) {
+		c := <-code
+		return c, stderr.String()
+	}
+	if base == "" {
+		t.Fatalf("no listening line; stderr: %s", stderr.String())
+	}
+	return base, shutdown
+}
+
 func listeningOn(t *testing.T, stdout io.Reader) string {
 	t.Helper()
 	lines := bufio.NewScanner(stdout)
@@ -297,16 +316,12 @@ func TestMetricsInDatabaseMode(t *testing.T) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	e := parseExposition(t, rec.Body)
-	for sample, want := range map[string]float64{
+	e.expect(t, map[string]float64{
 		`redfence_do_total{mode="redis",outcome="committed"}`:    2,
 		`redfence_do_total{mode="database",outcome="committed"}`: 3,
 		`redfence_lock_wait_seconds_count`:                       5,
 		`redfence_lock_hold_seconds_count`:                       5,
 		`redfence_locks_held`:                                    0,
 		`redfence_fallback_active`:                               1,
-	} {
-		if got := e.get(t, sample); got != want {
-			t.Errorf("%s = %v, want %v", sample, got, want)
-		}
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -298,24 +297,7 @@ func TestServeCommand(t *testing.T) {
 	testServers(t)
 	ctx, stop := context.WithCancel(testCtx(t))
 	defer stop()
-	pr, pw := io.Pipe()
-	var stderr strings.Builder
-	code := make(chan int, 1)
-	go func() {
-		defer pw.Close()
-		code <- run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-sku", "gizmo", "-stock", "7", "-redis-prefix", testenv.Prefix(t)}, pw, &stderr)
-	}()
-	lines := bufio.NewScanner(pr)
-	var base string
-	for lines.Scan() {
-		if rest, ok := strings.CutPrefix(lines.Text(), "listening on "); ok {
-			base = strings.Fields(rest)[0]
-			break
-		}
-	}
-	if base == "" {
-		t.Fatalf("no listening line; stderr: %s", stderr.String())
-	}
+	base, shutdown := startServe(ctx, t, "-sku", "gizmo", "-stock", "7")
 	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(`{"sku":"gizmo","qty":3}`))
 	if err != nil {
 		t.Fatal(err)
@@ -335,8 +317,7 @@ func TestServeCommand(t *testing.T) {
 		t.Fatalf("stock after ordering 3 of 7: %+v", st)
 	}
 	stop()
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	if c := <-code; c != exitOK {
-		t.Fatalf("exit status %d; stderr: %s", c, stderr.String())
+	if c, stderr := shutdown(); c != exitOK {
+		t.Fatalf("exit status %d; stderr: %s", c, stderr)
 	}
 }
