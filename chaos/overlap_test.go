@@ -101,11 +101,14 @@ func (e *env) awaitFree(ctx context.Context, rdb *redis.Client, within time.Dura
 
 // claimsWaiting counts the fence claims of the scenario's database that are
 // running on other connections: a claim that has not returned at once is
-// waiting for the fence row held by another transaction.
+// waiting for the fence row held by another transaction. A claim with a
+// lock's token is an UPDATE of the row (fence.ClaimExisting); one in
+// database mode an INSERT (fence.ClaimNext).
 func (e *env) claimsWaiting(ctx context.Context) (int, error) {
 	var n int
 	err := e.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
-		WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND INFO LIKE ?`, "INSERT INTO "+fence.Table+" %")
+		WHERE DB = DATABASE() AND ID <> CONNECTION_ID() AND (INFO LIKE ? OR INFO LIKE ?)`,
+		"UPDATE "+fence.Table+" %", "INSERT INTO "+fence.Table+" %")
 	return n, err
 }
 

@@ -63,11 +63,25 @@ const (
 // round trip (prepare, then execute).
 func claimQuery(resource string, token uint64, owner, opID string) string {
 	r, t, o, p := hexLiteral(resource), strconv.FormatUint(token, 10), hexLiteral(owner), hexLiteral(opID)
-	accept := "(token < " + t + " OR (token = " + t + " AND owner = " + o + "))"
 	return "INSERT INTO " + Table + " (resource, token, owner, op_id, claims, updated_at)" +
 		" VALUES (" + r + ", " + t + ", " + o + ", " + p + ", LAST_INSERT_ID(1), UTC_TIMESTAMP(6))" +
-		" ON DUPLICATE KEY UPDATE" +
-		" claims = IF(LAST_INSERT_ID(IF(" + accept + ", 1, 2)) = 1, claims + 1, claims)," +
+		" ON DUPLICATE KEY UPDATE " + claimAssignments(t, o, p)
+}
+
+// claimExistingQuery is the claim without the insert: an UPDATE of the
+// fence row, with the same assignments. It matches no row when the resource
+// has none; LAST_INSERT_ID(expr) is then never evaluated and the OK packet
+// carries 0.
+func claimExistingQuery(resource string, token uint64, owner, opID string) string {
+	r, t, o, p := hexLiteral(resource), strconv.FormatUint(token, 10), hexLiteral(owner), hexLiteral(opID)
+	return "UPDATE " + Table + " SET " + claimAssignments(t, o, p) + " WHERE resource = " + r
+}
+
+// claimAssignments updates a fence row for a claim of token t by owner o
+// with op id p (all SQL literals), setting LAST_INSERT_ID to the outcome.
+func claimAssignments(t, o, p string) string {
+	accept := "(token < " + t + " OR (token = " + t + " AND owner = " + o + "))"
+	return "claims = IF(LAST_INSERT_ID(IF(" + accept + ", 1, 2)) = 1, claims + 1, claims)," +
 		" updated_at = IF(" + accept + ", UTC_TIMESTAMP(6), updated_at)," +
 		" op_id = IF(" + accept + ", " + p + ", op_id)," +
 		" owner = IF(" + accept + ", " + o + ", owner)," +
@@ -148,6 +162,44 @@ func ClaimOp(ctx context.Context, tx Querier, resource string, token uint64, own
 		return nil
 	case outcomeStale:
 		return staleError(ctx, tx, resource, token, owner)
+	default:
+		return fmt.Errorf("%w: claim %q answered %d", ErrUnexpected, resource, outcome)
+	}
+}
+
+// ClaimExisting is [ClaimOp] for a resource whose fence row is expected to
+// exist: it never creates the row. When resource has no fence row it returns
+// [ErrNoFence] and changes nothing, and the transaction, which may now hold a
+// gap lock where the row would be, must be rolled back; [Ensure] the row,
+// then claim in a new transaction. A claim never creates the fence row
+// inside a transaction that could roll back, and a resource whose row
+// exists costs nothing more: no read before the transaction, one round trip
+// for the claim.
+//
+// Everything else is as for ClaimOp: the same acceptance rule, errors,
+// locking and outcome reporting. It must be the first statement of tx.
+func ClaimExisting(ctx context.Context, tx Querier, resource string, token uint64, owner, opID string) error {
+	if err := validate(tx, resource, token, owner, opID); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, claimExistingQuery(resource, token, owner, opID))
+	if err != nil {
+		return fmt.Errorf("fence: claim %q: %w", resource, err)
+	}
+	outcome, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("fence: claim %q: %w", resource, err)
+	}
+	switch outcome {
+	case outcomeAccepted:
+		return nil
+	case outcomeStale:
+		return staleError(ctx, tx, resource, token, owner)
+	case 0:
+		// No row matched, so the assignments never ran. (A server that
+		// ignored LAST_INSERT_ID(expr) would also send 0; ClaimOp after
+		// Ensure then fails with ErrUnexpected, never accepts.)
+		return fmt.Errorf("%w: claim %q", ErrNoFence, resource)
 	default:
 		return fmt.Errorf("%w: claim %q answered %d", ErrUnexpected, resource, outcome)
 	}

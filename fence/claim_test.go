@@ -1,7 +1,9 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 	_ "time/tzdata" // the test needs a zone other than UTC wherever it runs
@@ -12,10 +14,20 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
+// claimFunc is ClaimOp or ClaimExisting.
+type claimFunc func(ctx context.Context, tx fence.Querier, resource string, token uint64, owner, opID string) error
+
 // TestClaimRules walks one resource through every acceptance rule and checks
 // that a rejected claim leaves the row exactly as it was, on DSNs that change
-// how the server reports affected rows and how arguments are sent.
+// how the server reports affected rows and how arguments are sent, for
+// ClaimOp and for ClaimExisting.
 func TestClaimRules(t *testing.T) {
+	for name, claim := range map[string]claimFunc{"ClaimOp": fence.ClaimOp, "ClaimExisting": fence.ClaimExisting} {
+		t.Run(name, func(t *testing.T) { testClaimRules(t, claim, name == "ClaimExisting") })
+	}
+}
+
+func testClaimRules(t *testing.T, claim claimFunc, existing bool) {
 	_, dsn := newDBWithDSN(t)
 	variants := map[string]func(*mysql.Config){
 		"default":           func(*mysql.Config) {},
@@ -29,12 +41,37 @@ func TestClaimRules(t *testing.T) {
 	for name, edit := range variants {
 		t.Run(name, func(t *testing.T) {
 			db := openWith(t, dsn, edit)
-			res := "rules:" + name
+			res := "rules:" + name + ":" + strconv.FormatBool(existing)
 			ctx := ctxT(t)
 
-			// First claim creates the row.
+			claimCommitted := func(t *testing.T, db *sqlx.DB, res string, token uint64, owner string) error {
+				t.Helper()
+				tx := begin(t, db, nil)
+				if err := claim(ctx, tx, res, token, owner, ""); err != nil {
+					_ = tx.Rollback()
+					return err
+				}
+				commit(t, tx)
+				return nil
+			}
+			if existing {
+				// No row yet: refused, and nothing is created, even when
+				// the transaction commits.
+				tx := begin(t, db, nil)
+				if err := claim(ctx, tx, res, 100, "alice", "op-1"); !errors.Is(err, fence.ErrNoFence) {
+					t.Fatalf("claim without a row: %v, want ErrNoFence", err)
+				}
+				commit(t, tx)
+				if _, err := fence.Lookup(ctx, db, res); !errors.Is(err, fence.ErrNoFence) {
+					t.Fatalf("after a claim without a row: Lookup = %v, want ErrNoFence", err)
+				}
+				if err := fence.Ensure(ctx, db, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// First claim (creates the row, or takes the ensured one).
 			tx := begin(t, db, nil)
-			if err := fence.ClaimOp(ctx, tx, res, 100, "alice", "op-1"); err != nil {
+			if err := claim(ctx, tx, res, 100, "alice", "op-1"); err != nil {
 				t.Fatalf("first claim: %v", err)
 			}
 			commit(t, tx)
@@ -56,7 +93,7 @@ func TestClaimRules(t *testing.T) {
 			// A greater token from another owner takes the fence: owner,
 			// token and op id all change (assignment order matters here).
 			tx = begin(t, db, nil)
-			if err := fence.ClaimOp(ctx, tx, res, 200, "bob", "op-2"); err != nil {
+			if err := claim(ctx, tx, res, 200, "bob", "op-2"); err != nil {
 				t.Fatalf("greater token: %v", err)
 			}
 			commit(t, tx)
@@ -78,7 +115,7 @@ func TestClaimRules(t *testing.T) {
 			}
 			for _, c := range rejected {
 				tx := begin(t, db, nil)
-				err := fence.ClaimOp(ctx, tx, res, c.token, c.owner, "op-x")
+				err := claim(ctx, tx, res, c.token, c.owner, "op-x")
 				var se *fence.StaleError
 				if !errors.Is(err, fence.ErrStale) || !errors.As(err, &se) {
 					t.Fatalf("%s: got %v, want a *StaleError", c.name, err)
@@ -114,7 +151,8 @@ func TestClaimResourcesAreByteStrings(t *testing.T) {
 }
 
 // TestClaimIgnoresSessionLastInsertID checks that a LAST_INSERT_ID() left in
-// the session by earlier statements cannot be mistaken for a claim outcome.
+// the session by earlier statements cannot be mistaken for a claim outcome,
+// also when ClaimExisting's UPDATE matches no row.
 func TestClaimIgnoresSessionLastInsertID(t *testing.T) {
 	db := newDB(t)
 	ctx := ctxT(t)
@@ -128,6 +166,13 @@ func TestClaimIgnoresSessionLastInsertID(t *testing.T) {
 		}
 		if err := fence.Claim(ctx, tx, "r", 40, "a"); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("leftover %d: stale claim answered %v", leftover, err)
+		}
+		if err := fence.ClaimExisting(ctx, tx, "r", 40, "a", ""); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("leftover %d: stale ClaimExisting answered %v", leftover, err)
+		}
+		// No row matches: the server sends 0, never the session's value.
+		if err := fence.ClaimExisting(ctx, tx, "absent", 40, "a", ""); !errors.Is(err, fence.ErrNoFence) {
+			t.Fatalf("leftover %d: ClaimExisting without a row answered %v, want ErrNoFence", leftover, err)
 		}
 		if err := fence.Claim(ctx, tx, "new", 40, "a"); err != nil {
 			t.Fatalf("leftover %d: claim of a new resource: %v", leftover, err)

@@ -47,6 +47,10 @@ func TestClaimRejectsBadInput(t *testing.T) {
 		if !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
+		err = fence.ClaimExisting(ctx, c.q, c.resource, c.token, c.owner, c.opID)
+		if !errors.Is(err, c.want) {
+			t.Errorf("ClaimExisting, %s: got %v, want %v", c.name, err, c.want)
+		}
 	}
 	commit(t, tx)
 	if n := countFences(t, db); n != 0 {
@@ -103,7 +107,7 @@ func (f fakeTx) QueryRowContext(context.Context, string, ...any) *sql.Row { retu
 
 // TestClaimFailsSafe: any outcome other than the two documented ones,
 // including the 0 a server ignoring LAST_INSERT_ID(expr) would send, is an
-// error, never an accepted claim.
+// error, never an accepted claim; for ClaimExisting 0 means no row.
 func TestClaimFailsSafe(t *testing.T) {
 	for _, answer := range []int64{0, 3, -1, 1 << 40} {
 		err := fence.Claim(context.Background(), fakeTx{answer}, "r", 1, "o")
@@ -113,5 +117,16 @@ func TestClaimFailsSafe(t *testing.T) {
 	}
 	if err := fence.Claim(context.Background(), fakeTx{1}, "r", 1, "o"); err != nil {
 		t.Errorf("answer 1: %v", err)
+	}
+	// ClaimExisting reads 0 as no row matched: refused, never accepted.
+	for _, answer := range []int64{0, 3, -1, 1 << 40} {
+		err := fence.ClaimExisting(context.Background(), fakeTx{answer}, "r", 1, "o", "")
+		want := fence.ErrUnexpected
+		if answer == 0 {
+			want = fence.ErrNoFence
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("ClaimExisting, answer %d: %v, want %v", answer, err, want)
+		}
 	}
 }

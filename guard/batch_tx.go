@@ -241,8 +241,19 @@ func (r *batchRun) deliver(err, uerr error) {
 // because this turn was handed on at the claim; 0 otherwise.
 func (r *batchRun) attempts(first int) (again int) {
 	g, key := r.g, r.b.key
+	created := false
 	for n := first; ; n++ {
 		retry, err := r.attempt(n)
+		if err == errNoFenceRow && !created {
+			// As for one caller (see Guard.attempts): make the key's fence
+			// row outside any transaction, and claim again.
+			created = true
+			if err = g.createRow(r.lctx, g.resource(key)); err == nil {
+				n--
+				continue
+			}
+			retry = fence.Retryable(err) && r.lctx.Err() == nil
+		}
 		if r.rerun {
 			// A member's error rolled the transaction back: the others run
 			// again at once. This is not a failed attempt; each rerun
@@ -306,10 +317,6 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		return false, g.lostOr(lctx, context.Cause(lctx))
 	}
 	resource := g.resource(key)
-	if err := g.ensure(lctx, resource); err != nil {
-		err = g.lostOr(lctx, err)
-		return fence.Retryable(err) && lctx.Err() == nil, err
-	}
 	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
 	// fn returned must not roll back a commit that is safe to make.
 	stx, lg, err := g.begin(ctx, key)
@@ -330,11 +337,15 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 			g.rollback(ctx, stx)
 		}
 	}()
-	if err := fence.ClaimOp(lctx, stx, resource, r.token, tx.owner, tx.opID); err != nil {
+	if err := fence.ClaimExisting(lctx, stx, resource, r.token, tx.owner, tx.opID); err != nil {
 		if errors.Is(err, fence.ErrStale) {
 			finished = true
 			g.rollback(ctx, stx)
 			return false, g.fenced(ctx, key, r.token, err)
+		}
+		if errors.Is(err, fence.ErrNoFence) {
+			claimed = true // not a failed claim: see Guard.attempts
+			return false, errNoFenceRow
 		}
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)

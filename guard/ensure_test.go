@@ -3,6 +3,9 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -16,8 +19,8 @@ import (
 // Lockers that do not share lock keys, one database). The first holder's
 // transaction rolls back while the other two wait for its fence row. Had
 // that transaction created the row, InnoDB would deadlock the two waiters
-// (see fence.Ensure); Do creates the row before any transaction, so both
-// proceed without a retry, each committing or being fenced.
+// (see fence.Ensure); Do makes the row outside the transaction that claims
+// it, so both proceed without a retry, each committing or being fenced.
 func TestFirstClaimRollbackDoesNotDeadlockWaiters(t *testing.T) {
 	var mu sync.Mutex
 	var retries []error
@@ -47,7 +50,7 @@ func TestFirstClaimRollbackDoesNotDeadlockWaiters(t *testing.T) {
 			}()
 		}
 		waitFor(t, "both claims to wait for the first holder's fence row", func() bool {
-			return e.running("INSERT INTO "+fence.Table) == 2
+			return e.running("UPDATE "+fence.Table) == 2
 		})
 		return errBoom
 	})
@@ -71,5 +74,116 @@ func TestFirstClaimRollbackDoesNotDeadlockWaiters(t *testing.T) {
 	}
 	if committed == 0 || e.counter(1) != committed {
 		t.Fatalf("%d committed, counter %d", committed, e.counter(1))
+	}
+}
+
+// queryLog records the text of every COM_QUERY written on the connections
+// it wraps.
+type queryLog struct {
+	mu sync.Mutex
+	qs []string
+}
+
+func (l *queryLog) wrap(c net.Conn) net.Conn { return &loggedConn{Conn: c, l: l} }
+
+// count returns how many recorded queries start with prefix, and forgets them.
+func (l *queryLog) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, q := range l.qs {
+		if strings.HasPrefix(q, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *queryLog) reset() {
+	l.mu.Lock()
+	l.qs = nil
+	l.mu.Unlock()
+}
+
+type loggedConn struct {
+	net.Conn
+	l *queryLog
+}
+
+func (c *loggedConn) Write(p []byte) (int, error) {
+	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
+	if len(p) >= 5 && p[4] == 3 {
+		c.l.mu.Lock()
+		c.l.qs = append(c.l.qs, string(p[5:]))
+		c.l.mu.Unlock()
+	}
+	return c.Conn.Write(p)
+}
+
+// The first Do on a key ever finds no fence row: its claim creates none,
+// the row is made outside the transaction, and the same attempt claims
+// again, without a retry or a failed step. Every later Do, also from a
+// Guard that never saw the key, claims with one statement and reads
+// nothing before its transaction.
+func TestFirstDoCreatesFenceRowOutsideTx(t *testing.T) {
+	var log queryLog
+	var mu sync.Mutex
+	var retries, failedSteps int
+	hooks := guard.Hooks{
+		OnRetry: func(string, int, error) { mu.Lock(); retries++; mu.Unlock() },
+		OnStep: func(_ context.Context, s guard.Step) {
+			if s.Err != nil {
+				mu.Lock()
+				failedSteps++
+				mu.Unlock()
+			}
+		},
+	}
+	for _, opt := range []guard.Options{
+		{}, {MaxBatch: 4}, {HandOffAtClaim: true, RelayConns: true}, {MaxBatch: 4, HandOffAtClaim: true, RelayConns: true},
+	} {
+		opt.Hooks = hooks
+		name := fmt.Sprintf("MaxBatch=%d,HandOffAtClaim=%v,RelayConns=%v", opt.MaxBatch, opt.HandOffAtClaim, opt.RelayConns)
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, envConfig{dial: log.wrap, guard: &opt})
+			ctx := context.Background()
+			const key = "fresh"
+			claim := "UPDATE " + fence.Table
+			ensure := "SELECT 1 FROM " + fence.Table
+			log.reset()
+			var token uint64
+			must(t, e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
+				token = tx.Token()
+				return increment(ctx, tx, 1)
+			}))
+			if got := e.counter(1); got != 1 {
+				t.Fatalf("counter %d, want 1", got)
+			}
+			if f, err := e.fence(key); err != nil || f.Token != token || f.Claims != 1 {
+				t.Fatalf("fence row %+v, %v; want token %d claimed once", f, err, token)
+			}
+			if c, n := log.count(claim), log.count(ensure); c != 2 || n != 1 {
+				t.Fatalf("first Do: %d claims and %d existence reads, want 2 and 1", c, n)
+			}
+			if log.count("INSERT INTO "+fence.Table) != 1 {
+				t.Fatal("the fence row was not created once, outside the claim")
+			}
+
+			for i, g := range []*guard.Guard{e.g, guard.New(e.locker, e.db, &opt)} {
+				log.reset()
+				must(t, g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
+				if c, n := log.count(claim), log.count(ensure); c != 1 || n != 0 {
+					t.Fatalf("Do %d: %d claims and %d existence reads, want 1 and 0", i+2, c, n)
+				}
+			}
+			if got := e.counter(1); got != 3 {
+				t.Fatalf("counter %d, want 3", got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if retries != 0 || failedSteps != 0 {
+				t.Fatalf("%d retries and %d failed steps, want none", retries, failedSteps)
+			}
+		})
 	}
 }

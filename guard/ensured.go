@@ -2,18 +2,40 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/redfence/redfence/fence"
 )
 
+// errNoFenceRow is returned by an attempt whose claim found no fence row
+// for its key (fence.ClaimExisting) and rolled back: the row must be made
+// (createRow) before the attempt runs again.
+var errNoFenceRow = errors.New("guard: no fence row yet")
+
+// createRow makes resource's fence row with fence.Ensure, on the pool,
+// outside any transaction that claims it. A claim that created the row
+// inside a transaction which then rolled back could deadlock other
+// transactions waiting for the same new row (see fence.Ensure), so Do
+// claims with fence.ClaimExisting, which creates nothing, and comes here
+// when the row is missing: once per key, ever.
+func (g *Guard) createRow(ctx context.Context, resource string) error {
+	if err := fence.Ensure(ctx, g.db, resource); err != nil {
+		return fmt.Errorf("guard: %q: %w", resource, g.lostOr(ctx, err))
+	}
+	return nil
+}
+
 // maxEnsured bounds the set of keys a Guard remembers as having a fence row;
 // past it the set starts over, which costs one more read per key.
 const maxEnsured = 4096
 
 // ensured remembers which keys' fence rows this Guard has seen to exist, so
-// that only the first Do on a key pays for fence.Ensure.
+// that in database mode (Options.Fallback), where the claim
+// (fence.ClaimNext) would create a missing row, only the first Do on a key
+// pays for fence.Ensure. With a lock, Do claims with fence.ClaimExisting
+// and needs no such read.
 type ensured struct {
 	mu   sync.Mutex
 	keys map[string]struct{}

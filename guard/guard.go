@@ -306,8 +306,19 @@ type holding struct {
 // this turn was handed on at the claim; 0 otherwise.
 func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
+	created := false
 	for attempt := first; ; attempt++ {
 		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
+		if err == errNoFenceRow && !created {
+			// The claim found no fence row and created none: create it
+			// outside any transaction, and claim again.
+			created = true
+			if err = g.createRow(lctx, g.resource(h.key)); err == nil {
+				attempt--
+				continue
+			}
+			retry = fence.Retryable(err) && lctx.Err() == nil
+		}
 		if err == nil || !retry {
 			return 0, err
 		}
@@ -407,9 +418,13 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if lctx.Err() != nil {
 		return false, g.lostOr(lctx, context.Cause(lctx))
 	}
-	if err := g.ensure(lctx, resource); err != nil {
-		err = g.lostOr(lctx, err)
-		return fence.Retryable(err) && lctx.Err() == nil, err
+	if token == 0 {
+		// Database mode: ClaimNext creates a missing row, so make sure it
+		// exists first.
+		if err := g.ensure(lctx, resource); err != nil {
+			err = g.lostOr(lctx, err)
+			return fence.Retryable(err) && lctx.Err() == nil, err
+		}
 	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
@@ -439,11 +454,17 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 			return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
 		}
 		token = tx.token
-	} else if err := fence.ClaimOp(lctx, stx, resource, token, tx.owner, tx.opID); err != nil {
+	} else if err := fence.ClaimExisting(lctx, stx, resource, token, tx.owner, tx.opID); err != nil {
 		if errors.Is(err, fence.ErrStale) {
 			finished = true
 			g.rollback(ctx, stx)
 			return false, g.fenced(ctx, key, token, err)
+		}
+		if errors.Is(err, fence.ErrNoFence) {
+			// The key's first Do ever: attempts creates the row and runs
+			// this attempt again. Not a failed claim.
+			claimed = true
+			return false, errNoFenceRow
 		}
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)

@@ -286,7 +286,7 @@ func TestLockLostBeforeCommitCommitsSafely(t *testing.T) {
 			})
 		}()
 		waitFor(t, "B's claim to wait for A's fence row", func() bool {
-			return e.running("INSERT INTO "+fence.Table) == 1
+			return e.running("UPDATE "+fence.Table) == 1
 		})
 	})
 	err := e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {

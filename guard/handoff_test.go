@@ -177,7 +177,7 @@ func testHandOffPausedHolder(t *testing.T, maxBatch int) {
 	}
 	// ...and its claim waits for the first transaction's fence row.
 	waitFor(t, "the second holder's claim to wait for the fence row", func() bool {
-		return e.running("INSERT INTO "+fence.Table) == 1
+		return e.running("UPDATE "+fence.Table) == 1
 	})
 	if secondRan.Load() || len(second) != 0 {
 		t.Fatal("the second holder's fn ran while the first holder's transaction was open")
@@ -227,7 +227,7 @@ func testHandOffRetryTakesNewTurn(t *testing.T, maxBatch int) {
 		}()
 		<-granted // the second caller's: the lock was handed on
 		waitFor(t, "the second holder's claim to wait for the fence row", func() bool {
-			return e.running("INSERT INTO "+fence.Table) == 1
+			return e.running("UPDATE "+fence.Table) == 1
 		})
 		err := killOwnConnection(ctx, t, e, tx)
 		ctxEnded = ctx.Err()

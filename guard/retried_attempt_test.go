@@ -67,7 +67,7 @@ func TestRetriedAttemptHoldsFenceRowAgainstNewerClaim(t *testing.T) {
 			})
 		}()
 		waitFor(t, "the newer holder's claim to wait for attempt 2's fence row", func() bool {
-			return e.running("INSERT INTO "+fence.Table) == 1 || len(newerDone) == 1
+			return e.running("UPDATE "+fence.Table) == 1 || len(newerDone) == 1
 		})
 		if len(newerDone) == 1 {
 			t.Error("the newer holder finished while attempt 2 held the key")

@@ -119,7 +119,7 @@ func TestStartTransactionInFnCannotLetAStaleWriteLand(t *testing.T) {
 		// row (the claim is still in force), or it went through because the
 		// claim was committed early.
 		waitFor(t, "the newer holder to claim or to wait for the fence row", func() bool {
-			return e.running("INSERT INTO "+fence.Table) == 1 || len(newerDone) == 1
+			return e.running("UPDATE "+fence.Table) == 1 || len(newerDone) == 1
 		})
 		_, err := tx.ExecContext(ctx, "UPDATE counters SET n = 100 WHERE id = 1")
 		return err

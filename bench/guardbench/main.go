@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/migrations"
 	"github.com/redfence/redfence/redislock"
@@ -40,8 +42,9 @@ type config struct {
 	profileVariant string   // the variant profiled
 	opTimeout      time.Duration
 	opTimeoutSet   bool
-	maxBatch       int // guard.Options.MaxBatch of the Guard under test
-	batch          int // guard.Options.MaxBatch of the batch variants
+	maxBatch       int  // guard.Options.MaxBatch of the Guard under test
+	batch          int  // guard.Options.MaxBatch of the batch variants
+	newKeys        bool // no fence rows before the runs
 }
 
 // modeNames are the modes in the order they run by default.
@@ -69,6 +72,7 @@ func main() {
 	flag.IntVar(&c.batch, "batch", 16, "guard.Options.MaxBatch of the batch, batchsp and batchboth variants")
 	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
+	flag.BoolVar(&c.newKeys, "new-keys", false, "start without fence rows, so that each key's first Do creates its row (default: every key's row exists, as for items sold before)")
 	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do, handoff (guard.Do with HandOffAtClaim), relay (with RelayConns), both, batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchboth (with HandOffAtClaim and RelayConns) (default: do, handoff, relay, both)")
 	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, handoff, relay or both")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
@@ -223,6 +227,12 @@ func run(c config) error {
 	s.gBatchSP = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch, BatchSavepoints: true})
 	s.gBatchBoth = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch, HandOffAtClaim: true, RelayConns: true})
 
+	if !c.newKeys {
+		if err := createFences(ctx, s.admin, s.g, c.coldRows); err != nil {
+			return err
+		}
+	}
+
 	s.servers = findServers(mcfg.Addr, c.redisAddr)
 	if err := s.printServers(ctx, mcfg.Addr, name); err != nil {
 		return err
@@ -267,6 +277,31 @@ func createTables(ctx context.Context, db *sql.DB, rows int) error {
 			fmt.Fprintf(&b, "(%d,0)", id)
 		}
 		if _, err := db.ExecContext(ctx, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createFences creates the fence rows of every key the runs use, with token
+// 0, as fence.Ensure would: the state of a shop whose items have all been
+// sold before. Without them (-new-keys), each key's first Do also creates
+// its row.
+func createFences(ctx context.Context, db *sql.DB, g *guard.Guard, rows int) error {
+	keys := []string{"hot", "uncontended"}
+	for id := 1; id <= rows; id++ {
+		keys = append(keys, "cold:"+strconv.Itoa(id))
+	}
+	const batch = 1000
+	for lo := 0; lo < len(keys); lo += batch {
+		part := keys[lo:min(lo+batch, len(keys))]
+		args := make([]any, len(part))
+		for i, k := range part {
+			args[i] = g.FenceResource(k)
+		}
+		q := "INSERT INTO " + fence.Table + " (resource, token, updated_at) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, 0, UTC_TIMESTAMP(6)),", len(part)), ",")
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 	}
