@@ -197,8 +197,8 @@ func ClaimExisting(ctx context.Context, tx Querier, resource string, token uint6
 		return staleError(ctx, tx, resource, token, owner)
 	case 0:
 		// No row matched, so the assignments never ran. (A server that
-		// ignored LAST_INSERT_ID(expr) would also send 0; ClaimOp after
-		// Ensure then fails with ErrUnexpected, never accepts.)
+		// ignored LAST_INSERT_ID(expr) would also send 0: the claim is
+		// refused all the same, never accepted.)
 		return fmt.Errorf("%w: claim %q", ErrNoFence, resource)
 	default:
 		return fmt.Errorf("%w: claim %q answered %d", ErrUnexpected, resource, outcome)

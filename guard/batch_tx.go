@@ -241,18 +241,18 @@ func (r *batchRun) deliver(err, uerr error) {
 // because this turn was handed on at the claim; 0 otherwise.
 func (r *batchRun) attempts(first int) (again int) {
 	g, key := r.g, r.b.key
-	created := false
+	var made bool // the fence row was made once in this batch's turns
 	for n := first; ; n++ {
+		cstart := time.Now()
 		retry, err := r.attempt(n)
-		if err == errNoFenceRow && !created {
-			// As for one caller (see Guard.attempts): make the key's fence
-			// row outside any transaction, and claim again.
-			created = true
-			if err = g.createRow(r.lctx, g.resource(key)); err == nil {
-				n--
+		if nr := (noFenceRow{}); errors.As(err, &nr) {
+			// As for one caller (see Guard.attempts).
+			retry, err = g.makeRow(r.lctx, key, nr, &made)
+			if err == nil {
+				n-- // the same attempt, claiming again
 				continue
 			}
-			retry = fence.Retryable(err) && r.lctx.Err() == nil
+			r.step(r.open(), StepClaim, n, cstart, err)
 		}
 		if r.rerun {
 			// A member's error rolled the transaction back: the others run
@@ -344,8 +344,8 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 			return false, g.fenced(ctx, key, r.token, err)
 		}
 		if errors.Is(err, fence.ErrNoFence) {
-			claimed = true // not a failed claim: see Guard.attempts
-			return false, errNoFenceRow
+			claimed = true // not a failed claim: see noFenceRow
+			return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 		}
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/internal/testenv"
@@ -86,7 +89,7 @@ type queryLog struct {
 
 func (l *queryLog) wrap(c net.Conn) net.Conn { return &loggedConn{Conn: c, l: l} }
 
-// count returns how many recorded queries start with prefix, and forgets them.
+// count returns how many recorded queries start with prefix.
 func (l *queryLog) count(prefix string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -152,10 +155,15 @@ func TestFirstDoCreatesFenceRowOutsideTx(t *testing.T) {
 			ensure := "SELECT 1 FROM " + fence.Table
 			log.reset()
 			var token uint64
+			var attempts []int
 			must(t, e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
 				token = tx.Token()
+				attempts = append(attempts, tx.Attempt())
 				return increment(ctx, tx, 1)
 			}))
+			if len(attempts) != 1 || attempts[0] != 1 {
+				t.Fatalf("fn ran as attempts %v, want [1]: claiming again after making the row is not a new attempt", attempts)
+			}
 			if got := e.counter(1); got != 1 {
 				t.Fatalf("counter %d, want 1", got)
 			}
@@ -183,6 +191,60 @@ func TestFirstDoCreatesFenceRowOutsideTx(t *testing.T) {
 			defer mu.Unlock()
 			if retries != 0 || failedSteps != 0 {
 				t.Fatalf("%d retries and %d failed steps, want none", retries, failedSteps)
+			}
+		})
+	}
+}
+
+// Making a new key's fence row can fail like any statement (here a lock wait
+// timeout, behind another transaction's gap lock where the row goes). The
+// attempt then fails as a retryable one, and the next attempt makes the row
+// again and claims it.
+func TestFenceRowMadeAgainAfterEnsureFails(t *testing.T) {
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) {
+			e := newEnv(t, envConfig{})
+			ctx := context.Background()
+			const key = "gap"
+			// A transaction holding the gap where the key's row would go.
+			blocker, err := e.db.BeginTxx(ctx, nil)
+			must(t, err)
+			defer func() { _ = blocker.Rollback() }()
+			var n int
+			must(t, blocker.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+fence.Table+" WHERE resource = ? FOR UPDATE", e.g.FenceResource(key)))
+
+			mc, err := mysql.ParseDSN(e.dsn)
+			must(t, err)
+			if mc.Params == nil {
+				mc.Params = map[string]string{}
+			}
+			mc.Params["innodb_lock_wait_timeout"] = "1"
+			db, err := sqlx.Open("mysql", mc.FormatDSN())
+			must(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			var retries []error
+			g := guard.New(e.locker, db, &guard.Options{MaxBatch: batch, Hooks: guard.Hooks{
+				OnRetry: func(_ string, _ int, err error) {
+					retries = append(retries, err)
+					_ = blocker.Rollback() // the gap is free for the next attempt
+				},
+			}})
+			var attempts []int
+			err = g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
+				attempts = append(attempts, tx.Attempt())
+				return increment(ctx, tx, 1)
+			})
+			if err != nil {
+				t.Fatalf("Do = %v, want nil (retries: %v)", err, retries)
+			}
+			if len(retries) != 1 || !fence.Retryable(retries[0]) {
+				t.Fatalf("retries %v, want one, for the failed Ensure", retries)
+			}
+			if len(attempts) != 1 || attempts[0] != 2 {
+				t.Fatalf("fn ran as attempts %v, want [2]", attempts)
+			}
+			if got := e.counter(1); got != 1 {
+				t.Fatalf("counter %d, want 1", got)
 			}
 		})
 	}

@@ -306,18 +306,17 @@ type holding struct {
 // this turn was handed on at the claim; 0 otherwise.
 func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
-	created := false
+	var made bool // the fence row was made once in this Do
 	for attempt := first; ; attempt++ {
+		cstart := tr.now()
 		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
-		if err == errNoFenceRow && !created {
-			// The claim found no fence row and created none: create it
-			// outside any transaction, and claim again.
-			created = true
-			if err = g.createRow(lctx, g.resource(h.key)); err == nil {
-				attempt--
+		if nr := (noFenceRow{}); errors.As(err, &nr) {
+			retry, err = g.makeRow(lctx, h.key, nr, &made)
+			if err == nil {
+				attempt-- // the same attempt, claiming again
 				continue
 			}
-			retry = fence.Retryable(err) && lctx.Err() == nil
+			tr.step(StepClaim, h.token, attempt, cstart, err)
 		}
 		if err == nil || !retry {
 			return 0, err
@@ -461,10 +460,10 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 			return false, g.fenced(ctx, key, token, err)
 		}
 		if errors.Is(err, fence.ErrNoFence) {
-			// The key's first Do ever: attempts creates the row and runs
-			// this attempt again. Not a failed claim.
+			// The key's first Do ever: attempts makes the row and runs this
+			// attempt again (see noFenceRow).
 			claimed = true
-			return false, errNoFenceRow
+			return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 		}
 		err = g.lostOr(lctx, err)
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)

@@ -108,7 +108,7 @@ func (g *Guard) settle(ctx context.Context, tx *Tx) (committed bool, err error) 
 	f, err := fence.Lookup(sctx, rtx, tx.resource)
 	switch {
 	case errors.Is(err, fence.ErrNoFence):
-		return false, nil // the claim that would have created the row never committed
+		return false, nil // no row, so no claim on it, and no commit, landed
 	case err != nil:
 		return false, err
 	case f.OpID == tx.opID:

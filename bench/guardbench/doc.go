@@ -43,10 +43,15 @@
 //	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
 //	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
 //	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,handoff,relay,both]
-//	    [-maxbatch 0] [-batch 16] [-cpuprofile file] [-cpuprofile-variant do]
+//	    [-maxbatch 0] [-batch 16] [-new-keys] [-cpuprofile file] [-cpuprofile-variant do]
 //
 // -maxbatch sets guard.Options.MaxBatch of the do, handoff, relay and both
 // Guards (0: off); -batch that of the batch variants.
+//
+// Before the runs it creates the fence row of every key (token 0, as
+// fence.Ensure does), the state of a shop whose items have all sold before;
+// -new-keys leaves them out, so that each key's first Do also creates its
+// row.
 //
 // It creates a scratch database and Redis keys under a random prefix and
 // removes both at the end.
