@@ -253,6 +253,28 @@ func (e *env) ordersWithToken(token uint64) int {
 	return n
 }
 
+// logOrders logs the orders from the one before token on, to tell after a
+// failure in which order they were written.
+func (e *env) logOrders(t *testing.T, token uint64) {
+	t.Helper()
+	var rows []struct {
+		OpID    string `db:"op_id"`
+		Token   uint64 `db:"token"`
+		Seq     int64  `db:"seq"`
+		FenceOp string `db:"fence_op"`
+		RowOp   string `db:"row_op"`
+	}
+	err := e.db.SelectContext(context.Background(), &rows, `SELECT op_id, token, seq, fence_op, row_op FROM orders
+		WHERE item = ? AND seq >= COALESCE((SELECT MAX(seq) FROM orders WHERE item = ? AND token < ?), 0) ORDER BY seq LIMIT 10`, e.item, e.item, token)
+	if err != nil {
+		t.Logf("orders: %v", err)
+		return
+	}
+	for _, r := range rows {
+		t.Logf("order seq %d token %d op %s fence_op %s row_op %s", r.Seq, r.Token, r.OpID, r.FenceOp, r.RowOp)
+	}
+}
+
 // finish takes a final read, checks the database and the history, prints
 // the summary line and fails the test on any violation.
 func (e *env) finish() Summary {

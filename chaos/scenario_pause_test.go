@@ -47,6 +47,13 @@ func runPausedHolder(t *testing.T, e *env, handOff bool) {
 		mustNoErr(t, err, "holder inside fn")
 		mustNoErr(t, h.Stop(), "SIGSTOP")
 		frozen := time.Now()
+		// The holder stopped inside fn, so its transaction is open and holds
+		// the fence row; if not, what follows tests nothing: say so.
+		var open int
+		mustNoErr(t, e.db.GetContext(ctx, &open, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = ?", conn), "holder's transaction")
+		if open != 1 {
+			t.Errorf("round %d: the frozen holder's transaction (token %d, connection %d) is not open", round, t1, conn)
+		}
 		// Queued for when it runs again: continue inside fn.
 		mustNoErr(t, h.Send("go"), "send go")
 		if handOff {
@@ -84,6 +91,9 @@ func runPausedHolder(t *testing.T, e *env, handOff bool) {
 		}
 		if strings.Contains(op.Err, "panic") {
 			t.Errorf("holder panicked: %s", op.Err)
+		}
+		if t.Failed() {
+			e.logOrders(t, t1)
 		}
 	}
 	// The resumed process keeps working normally.
