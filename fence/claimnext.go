@@ -36,7 +36,7 @@ func claimNextQuery(resource, owner, opID string) string {
 // fence row stays locked until the transaction ends: the row lock is what
 // serialises the callers, who therefore wait in the database, each holding
 // a connection. The first claim of a resource creates its row (see
-// [Ensure]).
+// [Ensure], and [ClaimNextExisting], which never does).
 //
 // Errors: [ErrNilTx], [ErrNotTx], [ErrInvalidResource], [ErrInvalidOwner],
 // [ErrInvalidOpID] for bad input (nothing is sent); [ErrUnexpected] for an
@@ -54,6 +54,42 @@ func ClaimNext(ctx context.Context, tx Querier, resource, owner, opID string) (u
 		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
 	}
 	if id <= 2 { // 0: LAST_INSERT_ID(expr) ignored; never below the clock otherwise
+		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatInt(id, 10))
+	}
+	return uint64(id), nil
+}
+
+// claimNextExistingQuery is claimNextQuery without the insert: an UPDATE of
+// the fence row. It matches no row when the resource has none, and the OK
+// packet then carries 0.
+func claimNextExistingQuery(resource, owner, opID string) string {
+	r, o, p := hexLiteral(resource), hexLiteral(owner), hexLiteral(opID)
+	return "UPDATE " + Table + " SET token = LAST_INSERT_ID(GREATEST(token + 1, " + nowMicros + "))," +
+		" owner = " + o + ", op_id = " + p + ", claims = claims + 1, updated_at = UTC_TIMESTAMP(6)" +
+		" WHERE resource = " + r
+}
+
+// ClaimNextExisting is [ClaimNext] for a resource whose fence row is
+// expected to exist, as [ClaimExisting] is for [ClaimOp]: it never creates
+// the row. When resource has no fence row it returns [ErrNoFence] and
+// changes nothing; roll the transaction back, [Ensure] the row and claim in
+// a new transaction.
+func ClaimNextExisting(ctx context.Context, tx Querier, resource, owner, opID string) (uint64, error) {
+	if err := validate(tx, resource, 1, owner, opID); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, claimNextExistingQuery(resource, owner, opID))
+	if err != nil {
+		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
+	}
+	switch {
+	case id == 0: // no row matched: the assignments never ran
+		return 0, fmt.Errorf("%w: claim next %q", ErrNoFence, resource)
+	case id <= 2: // never below the clock
 		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatInt(id, 10))
 	}
 	return uint64(id), nil

@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -8,16 +9,40 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
+// mintFunc is ClaimNext or ClaimNextExisting.
+type mintFunc func(ctx context.Context, tx fence.Querier, resource, owner, opID string) (uint64, error)
+
 // Tokens minted by the database grow across every claim, whichever kind
 // came before: above a token from the future that Claim accepted, above the
-// clock otherwise; an older Claim token is stale afterwards.
+// clock otherwise; an older Claim token is stale afterwards. The same for
+// ClaimNextExisting, on a row made by Ensure.
 func TestClaimNextMintsAboveEverything(t *testing.T) {
+	for name, mint := range map[string]mintFunc{"ClaimNext": fence.ClaimNext, "ClaimNextExisting": fence.ClaimNextExisting} {
+		t.Run(name, func(t *testing.T) { testClaimNextMints(t, mint, name == "ClaimNextExisting") })
+	}
+}
+
+func testClaimNextMints(t *testing.T, mint mintFunc, existing bool) {
 	db, _ := newDBWithDSN(t)
 	const res = "claim-next"
 	before := uint64(time.Now().Add(-time.Minute).UnixMicro())
+	if existing {
+		// No row: refused, nothing created even when the transaction commits.
+		tx := begin(t, db, nil)
+		if _, err := mint(ctxT(t), tx, res, "db-mode", "op-0"); !errors.Is(err, fence.ErrNoFence) {
+			t.Fatalf("ClaimNextExisting without a row = %v, want ErrNoFence", err)
+		}
+		commit(t, tx)
+		if _, err := fence.Lookup(ctxT(t), db, res); !errors.Is(err, fence.ErrNoFence) {
+			t.Fatalf("after ClaimNextExisting without a row: Lookup = %v, want ErrNoFence", err)
+		}
+		if err := fence.Ensure(ctxT(t), db, res); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	tx := begin(t, db, nil)
-	t1, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-1")
+	t1, err := mint(ctxT(t), tx, res, "db-mode", "op-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +62,7 @@ func TestClaimNextMintsAboveEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx = begin(t, db, nil)
-	t2, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-2")
+	t2, err := mint(ctxT(t), tx, res, "db-mode", "op-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +75,7 @@ func TestClaimNextMintsAboveEverything(t *testing.T) {
 		t.Fatalf("Claim with the token below the minted one = %v, want ErrStale", err)
 	}
 	tx = begin(t, db, nil)
-	t3, err := fence.ClaimNext(ctxT(t), tx, res, "db-mode", "op-3")
+	t3, err := mint(ctxT(t), tx, res, "db-mode", "op-3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +98,35 @@ func TestClaimNextBadInput(t *testing.T) {
 		if _, err := fence.ClaimNext(ctxT(t), tx, c.resource, c.owner, ""); !errors.Is(err, c.want) {
 			t.Errorf("ClaimNext(%q, %q) = %v, want %v", c.resource, c.owner, err, c.want)
 		}
+		if _, err := fence.ClaimNextExisting(ctxT(t), tx, c.resource, c.owner, ""); !errors.Is(err, c.want) {
+			t.Errorf("ClaimNextExisting(%q, %q) = %v, want %v", c.resource, c.owner, err, c.want)
+		}
 	}
 	if _, err := fence.ClaimNext(ctxT(t), db, "r", "o", ""); !errors.Is(err, fence.ErrNotTx) {
 		t.Errorf("ClaimNext on a pool = %v, want ErrNotTx", err)
 	}
+	if _, err := fence.ClaimNextExisting(ctxT(t), db, "r", "o", ""); !errors.Is(err, fence.ErrNotTx) {
+		t.Errorf("ClaimNextExisting on a pool = %v, want ErrNotTx", err)
+	}
 	if _, err := fence.Lookup(ctxT(t), db, "r"); !errors.Is(err, fence.ErrNoFence) {
 		t.Errorf("bad input wrote a fence row: %v", err)
+	}
+}
+
+// ClaimNextExisting reads 0 as no row matched and any other answer below the
+// clock as unexpected: never a token.
+func TestClaimNextExistingFailsSafe(t *testing.T) {
+	for _, answer := range []int64{0, 1, 2, -1} {
+		tok, err := fence.ClaimNextExisting(context.Background(), fakeTx{answer}, "r", "o", "")
+		want := fence.ErrUnexpected
+		if answer == 0 {
+			want = fence.ErrNoFence
+		}
+		if tok != 0 || !errors.Is(err, want) {
+			t.Errorf("answer %d: token %d, %v; want 0, %v", answer, tok, err, want)
+		}
+	}
+	if tok, err := fence.ClaimNextExisting(context.Background(), fakeTx{1 << 50}, "r", "o", ""); err != nil || tok != 1<<50 {
+		t.Errorf("answer 1<<50: %d, %v", tok, err)
 	}
 }

@@ -27,10 +27,10 @@
 // the pool before the first claim of a resource (or before every
 // transaction: it is one non-locking read when the row exists) makes first
 // claims deadlock-free even when the creating transaction rolls back while
-// others wait; see [Ensure]. [ClaimExisting] gets the same without the read:
-// it never creates the row and returns [ErrNoFence] when there is none, and
-// the caller then rolls back, runs Ensure and claims again, once per
-// resource.
+// others wait; see [Ensure]. [ClaimExisting] and [ClaimNextExisting] get
+// the same without the read: they never create the row and return
+// [ErrNoFence] when there is none, and the caller then rolls back, runs
+// Ensure and claims again, once per resource.
 //
 // # Other checks
 //

@@ -78,15 +78,14 @@
 //
 // # Fence rows
 //
-// Do claims with fence.ClaimExisting, which never creates a fence row: a
-// first claim that created the row inside a transaction which then rolled
-// back could deadlock other transactions waiting for that row. The first Do
-// on a key ever finds no row; it rolls back, creates the row on the pool
-// (fence.Ensure) and claims again, in the same attempt. Every other Do pays
-// nothing for it: no read before the transaction, however many keys there
-// are. In database mode (Options.Fallback) the claim mints the token and
-// would create a missing row, so there the first Do on a key in a process
-// runs fence.Ensure first.
+// Do claims with fence.ClaimExisting (in database mode, where the claim
+// mints the token, fence.ClaimNextExisting), which never creates a fence
+// row: a first claim that created the row inside a transaction which then
+// rolled back could deadlock other transactions waiting for that row. The
+// first Do on a key ever finds no row; it rolls back, creates the row on the
+// pool (fence.Ensure) and claims again, in the same attempt. Every other Do
+// pays nothing for it: no read before the transaction, however many keys
+// there are.
 //
 // While a transaction holds the fence row, the next holder's claim waits for
 // it, even when the first holder's lock was lost: a holder that froze inside

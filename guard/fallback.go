@@ -22,10 +22,10 @@ const (
 	FallbackNone Fallback = iota
 	// FallbackDatabase: while Redis is unavailable, Do serialises the
 	// callers of a key in the database itself. The fence row's lock is the
-	// mutex, and the claim mints the token (see fence.ClaimNext), so tokens
-	// keep growing across both modes and a Redis-mode holder and a
-	// database-mode holder of one key are serialised by the fence row like
-	// any two holders. Callers then wait in the database, each holding a
+	// mutex, and the claim mints the token (see fence.ClaimNextExisting),
+	// so tokens keep growing across both modes and a Redis-mode holder and
+	// a database-mode holder of one key are serialised by the fence row
+	// like any two holders. Callers then wait in the database, each holding a
 	// connection (bounded by Options.FallbackMaxWaiters and
 	// FallbackMaxWaitersPerKey), and the queue is not FIFO.
 	FallbackDatabase

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,7 +34,13 @@ type fbEnv struct {
 
 func newFBEnv(t *testing.T, opt guard.Options) *fbEnv {
 	t.Helper()
-	e := newEnv(t, envConfig{})
+	return newFBEnvDial(t, opt, nil)
+}
+
+// newFBEnvDial is newFBEnv whose MySQL connections are wrapped by dial.
+func newFBEnvDial(t *testing.T, opt guard.Options, dial func(net.Conn) net.Conn) *fbEnv {
+	t.Helper()
+	e := newEnv(t, envConfig{dial: dial})
 	f := &fbEnv{env: e, srv: testenv.RedisServer(t)}
 	// Short timeouts, as a service sets them: a dead Redis must not hold a
 	// call for go-redis's default 3 s.
@@ -171,7 +178,7 @@ func TestFallbackAndRedisHoldersAreSerialised(t *testing.T) {
 			})
 		}()
 		waitFor(t, "the database-mode claim to wait for the fence row", func() bool {
-			return f.running("INSERT INTO "+fence.Table) == 1
+			return f.running("UPDATE "+fence.Table) == 1
 		})
 		return nil
 	})
@@ -308,5 +315,54 @@ func TestFallbackReportsTheEndOfEachHold(t *testing.T) {
 	}
 	if locks != 3 || unlocks != 3 {
 		t.Fatalf("steps %v: %d lock and %d unlock steps, want 3 of each", kinds, locks, unlocks)
+	}
+}
+
+// In database mode the claim mints the token (fence.ClaimNextExisting) and,
+// as with a lock, creates no fence row: a key's first Do makes the row
+// outside the transaction and claims again, in the same attempt.
+func TestFallbackFirstDoMakesFenceRow(t *testing.T) {
+	var retries atomic.Int32
+	var log queryLog
+	f := newFBEnvDial(t, guard.Options{FallbackAfter: 1, FallbackRetry: time.Minute,
+		Hooks: guard.Hooks{OnRetry: func(string, int, error) { retries.Add(1) }}}, log.wrap)
+	f.srv.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, key := range []string{"first", "first", "second"} {
+		log.reset()
+		var attempt int
+		var token uint64
+		err := f.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
+			attempt, token = tx.Attempt(), tx.Token()
+			return increment(ctx, tx, 1)
+		})
+		if err != nil {
+			t.Fatalf("Do %d on %q: %v", i, key, err)
+		}
+		if f.lastMode() != guard.ModeDatabase {
+			t.Fatalf("Do %d: mode %v, want database", i, f.lastMode())
+		}
+		if attempt != 1 {
+			t.Fatalf("Do %d: fn ran as attempt %d, want 1", i, attempt)
+		}
+		if fr, err := f.fence(key); err != nil || fr.Token != token {
+			t.Fatalf("Do %d: fence row of %q %+v, %v; want token %d", i, key, fr, err, token)
+		}
+		// The first Do on a key: a claim that finds no row, the row made,
+		// the claim again. Later ones: one claim, nothing read before.
+		wantClaims, wantReads := 1, 0
+		if i != 1 {
+			wantClaims, wantReads = 2, 1
+		}
+		if c, n := log.count("UPDATE "+fence.Table), log.count("SELECT 1 FROM "+fence.Table); c != wantClaims || n != wantReads {
+			t.Fatalf("Do %d on %q: %d claims and %d existence reads, want %d and %d", i, key, c, n, wantClaims, wantReads)
+		}
+	}
+	if n := retries.Load(); n != 0 {
+		t.Fatalf("%d retries, want none", n)
+	}
+	if got := f.counter(1); got != 3 {
+		t.Fatalf("counter %d, want 3", got)
 	}
 }

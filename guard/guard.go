@@ -24,7 +24,6 @@ type Guard struct {
 	opt    Options
 	err    error // set by New when the Guard is unusable
 
-	ensured ensured
 	dbCheck dbCheck
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
@@ -417,14 +416,6 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if lctx.Err() != nil {
 		return false, g.lostOr(lctx, context.Cause(lctx))
 	}
-	if token == 0 {
-		// Database mode: ClaimNext creates a missing row, so make sure it
-		// exists first.
-		if err := g.ensure(lctx, resource); err != nil {
-			err = g.lostOr(lctx, err)
-			return fence.Retryable(err) && lctx.Err() == nil, err
-		}
-	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
 	stx, lg, err := g.begin(ctx, key)
@@ -449,7 +440,11 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 
 	if token == 0 {
 		// Database mode: the claim mints the token.
-		if tx.token, err = fence.ClaimNext(lctx, stx, resource, tx.owner, tx.opID); err != nil {
+		if tx.token, err = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID); err != nil {
+			if errors.Is(err, fence.ErrNoFence) {
+				claimed = true // see noFenceRow
+				return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
+			}
 			return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
 		}
 		token = tx.token
