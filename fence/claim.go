@@ -146,25 +146,7 @@ func Claim(ctx context.Context, tx Querier, resource string, token uint64, owner
 //
 // opID may be empty and is at most [MaxOpIDLen] bytes ([ErrInvalidOpID]).
 func ClaimOp(ctx context.Context, tx Querier, resource string, token uint64, owner, opID string) error {
-	if err := validate(tx, resource, token, owner, opID); err != nil {
-		return err
-	}
-	res, err := tx.ExecContext(ctx, claimQuery(resource, token, owner, opID))
-	if err != nil {
-		return fmt.Errorf("fence: claim %q: %w", resource, err)
-	}
-	outcome, err := res.LastInsertId()
-	if err != nil {
-		return fmt.Errorf("fence: claim %q: %w", resource, err)
-	}
-	switch outcome {
-	case outcomeAccepted:
-		return nil
-	case outcomeStale:
-		return staleError(ctx, tx, resource, token, owner)
-	default:
-		return fmt.Errorf("%w: claim %q answered %d", ErrUnexpected, resource, outcome)
-	}
+	return claim(ctx, tx, resource, token, owner, opID, false)
 }
 
 // ClaimExisting is [ClaimOp] for a resource whose fence row is expected to
@@ -179,10 +161,19 @@ func ClaimOp(ctx context.Context, tx Querier, resource string, token uint64, own
 // Everything else is as for ClaimOp: the same acceptance rule, errors,
 // locking and outcome reporting. It must be the first statement of tx.
 func ClaimExisting(ctx context.Context, tx Querier, resource string, token uint64, owner, opID string) error {
+	return claim(ctx, tx, resource, token, owner, opID, true)
+}
+
+// claim is ClaimOp, or with existing ClaimExisting.
+func claim(ctx context.Context, tx Querier, resource string, token uint64, owner, opID string, existing bool) error {
 	if err := validate(tx, resource, token, owner, opID); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, claimExistingQuery(resource, token, owner, opID))
+	q := claimQuery(resource, token, owner, opID)
+	if existing {
+		q = claimExistingQuery(resource, token, owner, opID)
+	}
+	res, err := tx.ExecContext(ctx, q)
 	if err != nil {
 		return fmt.Errorf("fence: claim %q: %w", resource, err)
 	}
@@ -190,12 +181,12 @@ func ClaimExisting(ctx context.Context, tx Querier, resource string, token uint6
 	if err != nil {
 		return fmt.Errorf("fence: claim %q: %w", resource, err)
 	}
-	switch outcome {
-	case outcomeAccepted:
+	switch {
+	case outcome == outcomeAccepted:
 		return nil
-	case outcomeStale:
+	case outcome == outcomeStale:
 		return staleError(ctx, tx, resource, token, owner)
-	case 0:
+	case outcome == 0 && existing:
 		// No row matched, so the assignments never ran. (A server that
 		// ignored LAST_INSERT_ID(expr) would also send 0: the claim is
 		// refused all the same, never accepted.)

@@ -42,21 +42,7 @@ func claimNextQuery(resource, owner, opID string) string {
 // [ErrInvalidOpID] for bad input (nothing is sent); [ErrUnexpected] for an
 // answer without a token; server and connection errors wrapped.
 func ClaimNext(ctx context.Context, tx Querier, resource, owner, opID string) (uint64, error) {
-	if err := validate(tx, resource, 1, owner, opID); err != nil {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, claimNextQuery(resource, owner, opID))
-	if err != nil {
-		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
-	}
-	if id <= 2 { // 0: LAST_INSERT_ID(expr) ignored; never below the clock otherwise
-		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatInt(id, 10))
-	}
-	return uint64(id), nil
+	return claimNext(ctx, tx, resource, owner, opID, false)
 }
 
 // claimNextExistingQuery is claimNextQuery without the insert: an UPDATE of
@@ -75,10 +61,19 @@ func claimNextExistingQuery(resource, owner, opID string) string {
 // changes nothing; roll the transaction back, [Ensure] the row and claim in
 // a new transaction.
 func ClaimNextExisting(ctx context.Context, tx Querier, resource, owner, opID string) (uint64, error) {
+	return claimNext(ctx, tx, resource, owner, opID, true)
+}
+
+// claimNext is ClaimNext, or with existing ClaimNextExisting.
+func claimNext(ctx context.Context, tx Querier, resource, owner, opID string, existing bool) (uint64, error) {
 	if err := validate(tx, resource, 1, owner, opID); err != nil {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, claimNextExistingQuery(resource, owner, opID))
+	q := claimNextQuery(resource, owner, opID)
+	if existing {
+		q = claimNextExistingQuery(resource, owner, opID)
+	}
+	res, err := tx.ExecContext(ctx, q)
 	if err != nil {
 		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
 	}
@@ -87,9 +82,9 @@ func ClaimNextExisting(ctx context.Context, tx Querier, resource, owner, opID st
 		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
 	}
 	switch {
-	case id == 0: // no row matched: the assignments never ran
+	case id == 0 && existing: // no row matched: the assignments never ran
 		return 0, fmt.Errorf("%w: claim next %q", ErrNoFence, resource)
-	case id <= 2: // never below the clock
+	case id <= 2: // 0: LAST_INSERT_ID(expr) ignored; never below the clock otherwise
 		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatInt(id, 10))
 	}
 	return uint64(id), nil
