@@ -159,7 +159,7 @@ func TestClaimIgnoresSessionLastInsertID(t *testing.T) {
 	if err := claimCommitted(t, db, "r", 50, "a"); err != nil {
 		t.Fatal(err)
 	}
-	for _, leftover := range []int{1, 2, 7} {
+	for _, leftover := range []int{1, 2, 7, 1 << 50} {
 		tx := begin(t, db, nil)
 		if _, err := tx.ExecContext(ctx, "SELECT LAST_INSERT_ID(?)", leftover); err != nil {
 			t.Fatal(err)
@@ -173,6 +173,9 @@ func TestClaimIgnoresSessionLastInsertID(t *testing.T) {
 		// No row matches: the server sends 0, never the session's value.
 		if err := fence.ClaimExisting(ctx, tx, "absent", 40, "a", ""); !errors.Is(err, fence.ErrNoFence) {
 			t.Fatalf("leftover %d: ClaimExisting without a row answered %v, want ErrNoFence", leftover, err)
+		}
+		if tok, err := fence.ClaimNextExisting(ctx, tx, "absent", "a", ""); tok != 0 || !errors.Is(err, fence.ErrNoFence) {
+			t.Fatalf("leftover %d: ClaimNextExisting without a row answered %d, %v; want ErrNoFence", leftover, tok, err)
 		}
 		if err := fence.Claim(ctx, tx, "new", 40, "a"); err != nil {
 			t.Fatalf("leftover %d: claim of a new resource: %v", leftover, err)

@@ -34,6 +34,9 @@ type batchRun struct {
 	// ho, with Options.HandOffAtClaim, passes the current turn of the lock
 	// on once the claim holds the fence row.
 	ho *handOff
+	// claimSince, when set, is the start of the next claim step (see
+	// holding.claimSince).
+	claimSince time.Time
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
@@ -241,15 +244,20 @@ func (r *batchRun) deliver(err, uerr error) {
 // because this turn was handed on at the claim; 0 otherwise.
 func (r *batchRun) attempts(first int) (again int) {
 	g, key := r.g, r.b.key
-	var made bool // the fence row was made once in this batch's turns
+	var made bool // the fence row was made once in this turn
 	for n := first; ; n++ {
 		cstart := time.Now()
+		if !r.claimSince.IsZero() {
+			cstart = r.claimSince
+		}
 		retry, err := r.attempt(n)
+		r.claimSince = time.Time{}
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			// As for one caller (see Guard.attempts).
 			retry, err = g.makeRow(r.lctx, key, nr, &made)
 			if err == nil {
 				n-- // the same attempt, claiming again
+				r.claimSince = cstart
 				continue
 			}
 			r.step(r.open(), StepClaim, n, cstart, err)
@@ -307,6 +315,9 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		return false, nil
 	}
 	cstart := time.Now()
+	if !r.claimSince.IsZero() {
+		cstart = r.claimSince
+	}
 	claimed := false
 	defer func() {
 		if !claimed {

@@ -81,11 +81,12 @@
 // Do claims with fence.ClaimExisting (in database mode, where the claim
 // mints the token, fence.ClaimNextExisting), which never creates a fence
 // row: a first claim that created the row inside a transaction which then
-// rolled back could deadlock other transactions waiting for that row. The
-// first Do on a key ever finds no row; it rolls back, creates the row on the
-// pool (fence.Ensure) and claims again, in the same attempt. Every other Do
-// pays nothing for it: no read before the transaction, however many keys
-// there are.
+// rolled back could deadlock other transactions waiting for that row. A Do
+// that finds no row (with a lock, the key's first Do ever; in database
+// mode, each caller that arrives before the row exists) rolls back, creates
+// the row on the pool (fence.Ensure) and claims again, in the same attempt.
+// Every other Do pays nothing for it: no read before the transaction,
+// however many keys there are.
 //
 // While a transaction holds the fence row, the next holder's claim waits for
 // it, even when the first holder's lock was lost: a holder that froze inside

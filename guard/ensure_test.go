@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
@@ -223,10 +224,16 @@ func TestFenceRowMadeAgainAfterEnsureFails(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { _ = db.Close() })
 			var retries []error
+			var claims []guard.Step
 			g := guard.New(e.locker, db, &guard.Options{MaxBatch: batch, Hooks: guard.Hooks{
 				OnRetry: func(_ string, _ int, err error) {
 					retries = append(retries, err)
 					_ = blocker.Rollback() // the gap is free for the next attempt
+				},
+				OnStep: func(_ context.Context, s guard.Step) {
+					if s.Kind == guard.StepClaim {
+						claims = append(claims, s)
+					}
 				},
 			}})
 			var attempts []int
@@ -245,6 +252,65 @@ func TestFenceRowMadeAgainAfterEnsureFails(t *testing.T) {
 			}
 			if got := e.counter(1); got != 1 {
 				t.Fatalf("counter %d, want 1", got)
+			}
+			// The failed Ensure is attempt 1's claim step, from its claim
+			// to the lock wait timeout; attempt 2's claim step succeeds.
+			if len(claims) != 2 || claims[0].Err == nil || claims[0].Attempt != 1 || claims[0].Duration < 900*time.Millisecond ||
+				claims[1].Err != nil || claims[1].Attempt != 2 {
+				t.Fatalf("claim steps %+v, want attempt 1 failing after the lock wait, then attempt 2", claims)
+			}
+		})
+	}
+}
+
+// A key's first claim finds no row; making it may wait (here behind another
+// transaction's gap lock, released after hold). The claim step covers it
+// all: from the first claim to the claim that holds the new row.
+func TestClaimStepCoversMakingTheRow(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	var claims []guard.Step
+	e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{OnStep: func(_ context.Context, s guard.Step) {
+		if s.Kind == guard.StepClaim {
+			claims = append(claims, s)
+		}
+	}}}})
+	ctx := context.Background()
+	const key = "slow-row"
+	blocker, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	var n int
+	must(t, blocker.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+fence.Table+" WHERE resource = ? FOR UPDATE", e.g.FenceResource(key)))
+	release := time.AfterFunc(hold, func() { _ = blocker.Rollback() })
+	defer release.Stop()
+	must(t, e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
+	if len(claims) != 1 || claims[0].Err != nil || claims[0].Duration < hold {
+		t.Fatalf("claim steps %+v, want one of at least %v", claims, hold)
+	}
+}
+
+// A fence row that is gone again right after it was made (here a trigger
+// files every new row under another name) fails the attempt like any
+// retryable failure, and Do gives up after MaxAttempts with an error that
+// names the key and matches fence.ErrNoFence; fn never runs.
+func TestFenceRowMissingAgainGivesUp(t *testing.T) {
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) {
+			var retries int
+			e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: batch, MaxAttempts: 3,
+				BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
+				Hooks: guard.Hooks{OnRetry: func(string, int, error) { retries++ }}}})
+			testenv.MustExec(t, e.db, "CREATE TRIGGER rename_fence BEFORE INSERT ON "+fence.Table+
+				" FOR EACH ROW SET NEW.resource = CONCAT(NEW.resource, '~')")
+			ran := false
+			err := e.g.Do(context.Background(), "vanishing", func(ctx context.Context, tx *guard.Tx) error {
+				ran = true
+				return nil
+			})
+			if !errors.Is(err, fence.ErrNoFence) || !strings.Contains(err.Error(), `"vanishing"`) || ran {
+				t.Fatalf("Do = %v (fn ran: %v), want an error naming the key and matching fence.ErrNoFence, fn not run", err, ran)
+			}
+			if retries != 2 {
+				t.Fatalf("%d retries, want 2 (MaxAttempts 3)", retries)
 			}
 		})
 	}

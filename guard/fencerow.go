@@ -19,12 +19,14 @@ func (e noFenceRow) Unwrap() error { return e.error }
 // the row with fence.Ensure, on the pool, outside any transaction that
 // claims it. A claim that created the row inside a transaction which then
 // rolled back could deadlock other transactions waiting for the same new
-// row (see fence.Ensure), so Do claims with statements that create
-// nothing, and comes here when the row is missing: once per key, ever. err nil means: run the same attempt again, which is not a failed
-// attempt the first time in a Do (*made records it). Otherwise err is the
-// attempt's failure and retry whether a new attempt may follow: Ensure
-// failed (the next attempt makes the row again), or the row was missing
-// again after it was made.
+// row (see fence.Ensure), so Do claims with statements that create nothing,
+// and comes here when the row is missing: with a lock, once per key (the
+// lock keeps the key's other callers out meanwhile); in database mode, once
+// per caller that found the row missing. err nil means: run the same
+// attempt again, which is not a failed attempt the first time in a turn
+// (*made records it). Otherwise err is the attempt's failure and retry
+// whether a new attempt may follow: Ensure failed (the next attempt makes
+// the row again), or the row was missing again after it was made.
 func (g *Guard) makeRow(ctx context.Context, key string, nr noFenceRow, made *bool) (retry bool, err error) {
 	if err := fence.Ensure(ctx, g.db, g.resource(key)); err != nil {
 		err = g.lostOr(ctx, err)

@@ -297,6 +297,9 @@ type holding struct {
 	token   uint64
 	owner   string
 	handOff *handOff // nil unless the lock is passed on at the claim
+	// claimSince, when set, is the start of the claim step: the attempt
+	// runs again after its first claim found no fence row (see makeRow).
+	claimSince time.Time
 }
 
 // attempts runs the transaction, from attempt number first, until it
@@ -305,14 +308,21 @@ type holding struct {
 // this turn was handed on at the claim; 0 otherwise.
 func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
-	var made bool // the fence row was made once in this Do
+	var made bool // the fence row was made once in this turn
 	for attempt := first; ; attempt++ {
 		cstart := tr.now()
+		if !h.claimSince.IsZero() {
+			cstart = h.claimSince
+		}
 		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
+		h.claimSince = time.Time{}
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
 			if err == nil {
-				attempt-- // the same attempt, claiming again
+				// The same attempt, claiming again; its claim step counts
+				// from the first claim, making the row included.
+				attempt--
+				h.claimSince = cstart
 				continue
 			}
 			tr.step(StepClaim, h.token, attempt, cstart, err)
@@ -407,6 +417,9 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	key, token := h.key, h.token
 	resource := g.resource(key)
 	cstart := tr.now()
+	if !h.claimSince.IsZero() {
+		cstart = h.claimSince
+	}
 	claimed := false
 	defer func() {
 		if !claimed {

@@ -13,7 +13,8 @@ const (
 	// StepLock is the wait for the lock in the key's FIFO queue.
 	StepLock StepKind = iota
 	// StepClaim begins an attempt's transaction and claims the fence row
-	// (creating the row first when the Guard has not seen it yet).
+	// (for a key's first Do, which finds no row: also the rollback, making
+	// the row and claiming again).
 	StepClaim
 	// StepFn is fn itself.
 	StepFn
