@@ -34,9 +34,9 @@ type batchRun struct {
 	// ho, with Options.HandOffAtClaim, passes the current turn of the lock
 	// on once the claim holds the fence row.
 	ho *handOff
-	// claimSince, when set, is the start of the next claim step (see
-	// holding.claimSince).
-	claimSince time.Time
+	// claimStart is the start of the attempt's claim step (see
+	// holding.claimStart).
+	claimStart time.Time
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
@@ -245,22 +245,21 @@ func (r *batchRun) deliver(err, uerr error) {
 func (r *batchRun) attempts(first int) (again int) {
 	g, key := r.g, r.b.key
 	var made bool // the fence row was made once in this turn
-	for n := first; ; n++ {
-		cstart := time.Now()
-		if !r.claimSince.IsZero() {
-			cstart = r.claimSince
+	for n, again := first, false; ; n++ {
+		if !again {
+			r.claimStart = time.Now()
 		}
 		retry, err := r.attempt(n)
-		r.claimSince = time.Time{}
+		again = false
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			// As for one caller (see Guard.attempts).
 			retry, err = g.makeRow(r.lctx, key, nr, &made)
 			if err == nil {
 				n-- // the same attempt, claiming again
-				r.claimSince = cstart
+				again = true
 				continue
 			}
-			r.step(r.open(), StepClaim, n, cstart, err)
+			r.step(r.open(), StepClaim, n, r.claimStart, err)
 		}
 		if r.rerun {
 			// A member's error rolled the transaction back: the others run
@@ -314,10 +313,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	if len(open) == 0 {
 		return false, nil
 	}
-	cstart := time.Now()
-	if !r.claimSince.IsZero() {
-		cstart = r.claimSince
-	}
+	cstart := r.claimStart
 	claimed := false
 	defer func() {
 		if !claimed {

@@ -9,8 +9,8 @@ import (
 
 // noFenceRow is the error of an attempt whose claim (fence.ClaimExisting,
 // or fence.ClaimNextExisting in database mode) found no fence row for its
-// key, and which rolled back: the row must be
-// made (makeRow) before the attempt runs again. It wraps fence.ErrNoFence.
+// key, and which rolled back: the row must be made (makeRow) before the
+// attempt runs again. It wraps fence.ErrNoFence.
 type noFenceRow struct{ error }
 
 func (e noFenceRow) Unwrap() error { return e.error }

@@ -297,9 +297,10 @@ type holding struct {
 	token   uint64
 	owner   string
 	handOff *handOff // nil unless the lock is passed on at the claim
-	// claimSince, when set, is the start of the claim step: the attempt
-	// runs again after its first claim found no fence row (see makeRow).
-	claimSince time.Time
+	// claimStart is the start of the attempt's claim step, set by attempts:
+	// an attempt that runs again after its claim found no fence row (see
+	// makeRow) keeps the start of its first claim.
+	claimStart time.Time
 }
 
 // attempts runs the transaction, from attempt number first, until it
@@ -309,23 +310,22 @@ type holding struct {
 func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
 	var made bool // the fence row was made once in this turn
-	for attempt := first; ; attempt++ {
-		cstart := tr.now()
-		if !h.claimSince.IsZero() {
-			cstart = h.claimSince
+	for attempt, again := first, false; ; attempt++ {
+		if !again {
+			h.claimStart = tr.now()
 		}
 		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
-		h.claimSince = time.Time{}
+		again = false
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
 			if err == nil {
 				// The same attempt, claiming again; its claim step counts
 				// from the first claim, making the row included.
 				attempt--
-				h.claimSince = cstart
+				again = true
 				continue
 			}
-			tr.step(StepClaim, h.token, attempt, cstart, err)
+			tr.step(StepClaim, h.token, attempt, h.claimStart, err)
 		}
 		if err == nil || !retry {
 			return 0, err
@@ -416,10 +416,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
 	key, token := h.key, h.token
 	resource := g.resource(key)
-	cstart := tr.now()
-	if !h.claimSince.IsZero() {
-		cstart = h.claimSince
-	}
+	cstart := h.claimStart
 	claimed := false
 	defer func() {
 		if !claimed {
@@ -451,30 +448,26 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		}
 	}()
 
+	var claimErr error
 	if token == 0 {
 		// Database mode: the claim mints the token.
-		if tx.token, err = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID); err != nil {
-			if errors.Is(err, fence.ErrNoFence) {
-				claimed = true // see noFenceRow
-				return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
-			}
-			return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
-		}
+		tx.token, claimErr = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID)
 		token = tx.token
-	} else if err := fence.ClaimExisting(lctx, stx, resource, token, tx.owner, tx.opID); err != nil {
-		if errors.Is(err, fence.ErrStale) {
-			finished = true
-			g.rollback(ctx, stx)
-			return false, g.fenced(ctx, key, token, err)
-		}
-		if errors.Is(err, fence.ErrNoFence) {
-			// The key's first Do ever: attempts makes the row and runs this
-			// attempt again (see noFenceRow).
-			claimed = true
-			return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
-		}
-		err = g.lostOr(lctx, err)
-		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
+	} else {
+		claimErr = fence.ClaimExisting(lctx, stx, resource, token, tx.owner, tx.opID)
+	}
+	switch {
+	case claimErr == nil:
+	case errors.Is(claimErr, fence.ErrNoFence):
+		claimed = true // not a failed claim: see noFenceRow
+		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, claimErr)}
+	case errors.Is(claimErr, fence.ErrStale):
+		finished = true
+		g.rollback(ctx, stx)
+		return false, g.fenced(ctx, key, token, claimErr)
+	default:
+		claimErr = g.lostOr(lctx, claimErr)
+		return fence.Retryable(claimErr) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, claimErr)
 	}
 
 	claimed = true
