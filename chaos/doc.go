@@ -9,23 +9,33 @@
 // scenarios are its tests. It lives in a Go module of its own so that its
 // heavy dependencies never reach users of the library.
 //
-// The scenarios, each named as in its summary line:
+// Guards run with their defaults (the lock handed on at the claim,
+// transactions relayed between a key's callers) unless a scenario says
+// otherwise. The scenarios, each named as in its summary line:
 //   - failover-lost-grant (scenario_failover_test.go): Sentinel promotes a
 //     replica that missed a grant; the stale holder's late claim must be
 //     rejected by the database.
 //   - paused-holder (scenario_pause_test.go): a holder process is frozen
-//     with SIGSTOP inside fn past its lease; its late write must not apply.
+//     with SIGSTOP inside fn past its lease, with Guards that hold the lock
+//     until the transaction ends (guard.HandOffAtEnd, no relaying); its late
+//     write must not apply.
 //   - redis-partition (scenario_partition_test.go): one client is cut off
-//     from Redis while it holds the lock, and while it waits in the queue.
+//     from Redis while it holds the lock (until its transaction ends,
+//     guard.HandOffAtEnd), and while it waits in the queue.
 //   - db-latency (scenario_latency_test.go): one client's database traffic
 //     is slowed, then held back while its lock is lost and another holder
 //     commits; the held statements must not apply when released.
 //   - kill-during-commit (scenario_killcommit_test.go): a holder's MySQL
 //     connection is killed during COMMIT, before it reaches the server or
-//     after it applied; nothing may be applied twice.
+//     after it applied; nothing may be applied twice, and Do, holding the
+//     lock until the transaction ends (guard.HandOffAtEnd), must settle
+//     every outcome.
+//   - kill-during-commit-handoff (scenario_killcommit_test.go): the same
+//     with the defaults; an unknown outcome is allowed (a newer claim may
+//     land first), a wrong definite one is not.
 //   - killed-processes (scenario_kill9_test.go): holders and waiters killed
 //     with SIGKILL must not stall the queue beyond the lease and the waiter
-//     timeout.
+//     timeout (with guard.HandOffAtEnd, so that waiters queue in Redis).
 //   - redis-restart (scenario_restart_test.go): Redis restarted without
 //     persistence under load, three times; tokens at the database must
 //     still increase strictly.
@@ -53,26 +63,31 @@
 //     read the stock the older one is about to overwrite.
 //   - lost-grant-retry (scenario_lostgrant_test.go): the same, with the
 //     older holder's MySQL connection also killed inside fn, after its
-//     claim. Once the newer holder has committed, guard retries the older
+//     claim. Once the newer holder has committed, guard, holding the lock
+//     until the transaction ends (guard.HandOffAtEnd), retries the older
 //     transaction under its old token; the retried attempt must claim again
 //     and be fenced.
+//   - lost-grant-retry-handoff (scenario_lostgrant_test.go): the same with
+//     the defaults, whose retry takes a new turn and token: it may commit,
+//     but only under a token above the newer holder's.
 //   - token-replay (scenario_replay_test.go): a clone of the holder
 //     ([ReplayBuy]) claims with the holder's token under an owner of its
 //     own, under load, either while the holder is inside fn or before the
 //     holder's claim reaches MySQL. Only the first to present the token may
 //     commit.
 //   - paused-holder-handoff (scenario_pause_handoff_test.go): as
-//     paused-holder, with Guards that hand the lock on at the claim
-//     (guard.Options.HandOffAtClaim, RelayConns): the next holder's claim
+//     paused-holder, with Guards on the defaults, which hand the lock on at
+//     the claim and relay transactions: the next holder's claim
 //     waits for the frozen transaction's fence row, and the frozen holder's
 //     late write is never applied under its old token.
 //   - batched (scenario_batch_test.go): two processes whose Guards combine
-//     queued callers (guard.Options.MaxBatch) with several buyers each,
+//     queued callers (guard.Options.MaxBatch) with several buyers each and
+//     hold the lock until a batch's transaction ends (guard.HandOffAtEnd),
 //     while the lock's Redis keys are deleted under its holders and
 //     connections inside transactions are killed.
-//   - batched-handoff (scenario_batch_test.go): as batched, with batches
-//     that also hand the lock on at their claim and chain their
-//     transactions to the next batch (HandOffAtClaim, RelayConns).
+//   - batched-handoff (scenario_batch_test.go): as batched, with Guards on
+//     the defaults, whose batches hand the lock on at their claim and chain
+//     their transactions to the next batch.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to

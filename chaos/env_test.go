@@ -85,7 +85,7 @@ func (e *env) open(dsn string) *sqlx.DB {
 
 type lockOpts struct {
 	lease, waiter, recheck time.Duration
-	handOff                bool // guard.Options HandOffAtClaim and RelayConns
+	atEnd                  bool // guard.Options HandOffAtEnd and NoRelay instead of the defaults
 }
 
 var fastLocks = lockOpts{lease: time.Second, waiter: time.Second, recheck: 250 * time.Millisecond}
@@ -111,12 +111,16 @@ func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *cl
 		Prefix: e.prefix, LeaseTTL: lo.lease, WaiterTimeout: lo.waiter, RecheckInterval: lo.recheck,
 	})
 	e.t.Cleanup(func() { _ = c.locker.Close() })
+	handOff := guard.HandOffAuto
+	if lo.atEnd {
+		handOff = guard.HandOffAtEnd
+	}
 	c.g = guard.New(c.locker, db, &guard.Options{
-		MaxAttempts:    2,
-		UnlockTimeout:  2 * time.Second,
-		HandOffAtClaim: lo.handOff,
-		RelayConns:     lo.handOff,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxAttempts:   2,
+		UnlockTimeout: 2 * time.Second,
+		HandOff:       handOff,
+		NoRelay:       lo.atEnd,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) {
 			c.mu.Lock()
 			f := c.acquired

@@ -38,8 +38,9 @@ type HolderConfig struct {
 	LeaseTTL      time.Duration // redislock lease
 	WaiterTimeout time.Duration // redislock waiter timeout
 	Recheck       time.Duration // redislock recheck interval
-	// HandOff runs the holder's Guard with HandOffAtClaim and RelayConns.
-	HandOff bool
+	// AtEnd runs the holder's Guard with HandOffAtEnd and NoRelay (the lock
+	// held until the transaction ends) instead of the defaults.
+	AtEnd bool
 }
 
 // Event is one line the holder wrote: a verb and its fields.
@@ -64,7 +65,7 @@ func StartHolder(t testing.TB, bin string, cfg HolderConfig) *Holder {
 	cmd := exec.Command(bin,
 		"-redis", cfg.Redis, "-dsn", cfg.DSN, "-item", cfg.Item, "-prefix", cfg.Prefix,
 		"-lease", cfg.LeaseTTL.String(), "-waiter-timeout", cfg.WaiterTimeout.String(), "-recheck", cfg.Recheck.String(),
-		"-handoff="+strconv.FormatBool(cfg.HandOff))
+		"-at-end="+strconv.FormatBool(cfg.AtEnd))
 	cmd.Stderr = &prefixWriter{t: t}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

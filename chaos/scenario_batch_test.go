@@ -25,18 +25,19 @@ const batchMembers = 6
 // middle of a statement, a batch member's work or its COMMIT are killed.
 // Every member's buy must be linearizable on its own, nothing oversold, an
 // order present exactly for the buys Do reported committed (or whose
-// outcome it could not know).
+// outcome it could not know). The Guards hold the lock until a batch's
+// transaction ends (guard.HandOffAtEnd, no relaying).
 func TestScenarioBatched(t *testing.T) {
-	runBatched(t, newEnv(t, "batched", 100_000), guard.Options{})
+	runBatched(t, newEnv(t, "batched", 100_000), guard.Options{HandOff: guard.HandOffAtEnd, NoRelay: true})
 }
 
-// Scenario "batched-handoff": as batched, with Guards whose batches also
-// hand the lock on at their claim and chain their transactions to the
-// key's next batch (guard.Options.HandOffAtClaim, RelayConns): the next
+// Scenario "batched-handoff": as batched, with Guards on the defaults, whose
+// batches hand the lock on at their claim and chain their transactions to
+// the key's next batch (guard.HandOffAuto, relaying): the next
 // batch's claim waits for the running batch's fence row, and a batch that
 // must run again after the hand-off takes a new turn.
 func TestScenarioBatchedHandOff(t *testing.T) {
-	runBatched(t, newEnv(t, "batched-handoff", 100_000), guard.Options{HandOffAtClaim: true, RelayConns: true})
+	runBatched(t, newEnv(t, "batched-handoff", 100_000), guard.Options{})
 }
 
 // runBatched runs the batched scenarios on e, with Guards of options opt

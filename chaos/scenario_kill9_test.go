@@ -12,15 +12,21 @@ import (
 // Scenario 6: holder and waiter processes killed with SIGKILL while others
 // are queued. A killed holder (inside fn, transaction open) must not stall
 // the queue beyond its lease; a killed waiter must not stall the waiters
-// behind it beyond the waiter timeout.
+// behind it beyond the waiter timeout. The Guards hold the lock until the
+// transaction ends (guard.HandOffAtEnd, no relaying), so that the killed
+// holder still holds the Redis lock and both waiters queue in Redis; with
+// the defaults its lock is handed on at the claim, and a killed holder's
+// transaction ends with its connection (paused-holder-handoff covers a
+// holder stopped there).
 func TestScenarioKilledProcesses(t *testing.T) {
 	e := newEnv(t, "killed-processes", 5000)
 	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 120*time.Second)
 	rdb := srv.Client()
 	lo := fastLocks
+	lo.atEnd = true
 	cfg := HolderConfig{Redis: srv.Addr, DSN: e.dsn, Item: e.item, Prefix: e.prefix,
-		LeaseTTL: lo.lease, WaiterTimeout: lo.waiter, Recheck: lo.recheck}
+		LeaseTTL: lo.lease, WaiterTimeout: lo.waiter, Recheck: lo.recheck, AtEnd: true}
 	bin := holder(t)
 	hs := []*Holder{StartHolder(t, bin, cfg), StartHolder(t, bin, cfg), StartHolder(t, bin, cfg)}
 	ids := []int{101, 102, 103}

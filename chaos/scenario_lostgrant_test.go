@@ -21,16 +21,20 @@ type lostGrant struct {
 	load         []*client
 }
 
-func newLostGrant(t *testing.T, name string) *lostGrant {
+// newLostGrant sets up a lost-grant scenario; atEnd runs every Guard with
+// guard.HandOffAtEnd and no relaying instead of the defaults.
+func newLostGrant(t *testing.T, name string, atEnd bool) *lostGrant {
 	e := newEnv(t, name, 400)
 	srv := testenv.RedisServer(t)
 	olderDB := e.open(e.dsn) // a pool of its own, so that killing its connection touches nobody else
+	locks := fastLocks
+	locks.atEnd = atEnd
 	return &lostGrant{
 		e:     e,
 		rdb:   srv.Client(),
-		older: e.newClient(srv.Client(), olderDB, lockOpts{lease: 30 * time.Second, waiter: time.Second, recheck: 250 * time.Millisecond}),
-		newer: e.newClient(srv.Client(), e.db, fastLocks),
-		load:  []*client{e.newClient(srv.Client(), e.db, fastLocks), e.newClient(srv.Client(), e.db, fastLocks)},
+		older: e.newClient(srv.Client(), olderDB, lockOpts{lease: 30 * time.Second, waiter: time.Second, recheck: 250 * time.Millisecond, atEnd: atEnd}),
+		newer: e.newClient(srv.Client(), e.db, locks),
+		load:  []*client{e.newClient(srv.Client(), e.db, locks), e.newClient(srv.Client(), e.db, locks)},
 	}
 }
 
@@ -65,7 +69,7 @@ func startHeld(ctx context.Context, t *testing.T, c *client, who string) (at cha
 // the stock while the older transaction was still open, the older commit
 // would be lost under the newer one's write.
 func TestScenarioLostGrantInFn(t *testing.T) {
-	lg := newLostGrant(t, "lost-grant-in-fn")
+	lg := newLostGrant(t, "lost-grant-in-fn", false)
 	e := lg.e
 	ctx := ctxT(t, 60*time.Second)
 	for round := 0; round < 3; round++ {
@@ -118,9 +122,24 @@ func TestScenarioLostGrantInFn(t *testing.T) {
 // the connection gone, and guard retries the transaction under the same
 // lock and token, which it still believes it holds. The retried attempt
 // must claim the fence row again and be fenced; had it run without a claim,
-// it would commit a write under an older token after a newer one.
+// it would commit a write under an older token after a newer one. The
+// Guards hold the lock until the transaction ends (guard.HandOffAtEnd, no
+// relaying), so that the retry keeps its turn and token.
 func TestScenarioLostGrantRetry(t *testing.T) {
-	lg := newLostGrant(t, "lost-grant-retry")
+	runLostGrantRetry(t, newLostGrant(t, "lost-grant-retry", true), true)
+}
+
+// As lost-grant-retry, with the defaults: the older holder's lock was handed
+// on at its claim, so its retry takes a new turn and a new token. It may
+// then commit, but only under a token above the newer holder's, and never
+// run fn again under its old token.
+func TestScenarioLostGrantRetryHandOff(t *testing.T) {
+	runLostGrantRetry(t, newLostGrant(t, "lost-grant-retry-handoff", false), false)
+}
+
+// runLostGrantRetry runs the lost-grant-retry scenarios on lg; atEnd
+// requires the retried attempt to be fenced.
+func runLostGrantRetry(t *testing.T, lg *lostGrant, atEnd bool) {
 	e := lg.e
 	ctx := ctxT(t, 60*time.Second)
 	for round := 0; round < 3; round++ {
@@ -143,6 +162,19 @@ func TestScenarioLostGrantRetry(t *testing.T) {
 		oldOp := awaitOp(t, oldRes, 20*time.Second, "older holder")
 		t.Logf("round %d: newer holder committed token %d; older holder (token %d) retried: %s %s",
 			round, newOp.Token, old.token, oldOp.Outcome, oldOp.Err)
+		if !atEnd {
+			// A new turn: fn may run again, under a token above the one
+			// that committed meanwhile.
+			if oldOp.Outcome == Accepted && oldOp.Token <= newOp.Token {
+				t.Errorf("round %d: older holder's retry accepted under token %d, not above %d", round, oldOp.Token, newOp.Token)
+			}
+			for len(at) > 0 {
+				if f := <-at; f.token <= newOp.Token {
+					t.Errorf("round %d: attempt %d of the older holder ran fn under token %d after token %d committed", round, f.attempt, f.token, newOp.Token)
+				}
+			}
+			continue
+		}
 		if oldOp.Outcome != Fenced {
 			t.Errorf("round %d: older holder's retried attempt (token %d, after %d committed): %s (%s), want fenced",
 				round, old.token, newOp.Token, oldOp.Outcome, oldOp.Err)

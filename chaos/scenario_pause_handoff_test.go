@@ -2,8 +2,9 @@ package chaos
 
 import "testing"
 
-// Scenario 2b: as scenario 2, with every Guard handing the lock on at the
-// claim (guard.Options.HandOffAtClaim, and RelayConns). The holder process
+// Scenario 2b: as scenario 2, with every Guard on the defaults, which hand
+// the lock on at the claim (guard.HandOffAuto on a single server) and relay
+// transactions. The holder process
 // is frozen inside fn after its claim, so the next caller already holds the
 // lock: its claim waits for the frozen transaction's fence row until the
 // database ends that transaction (idle_transaction_timeout, or a KILL), then

@@ -14,13 +14,16 @@ import (
 // database ends its idle transaction (MariaDB's idle_transaction_timeout,
 // the server-side bound a deployment sets so a frozen client cannot hold
 // row locks forever); another holder acquires, claims and commits. Only then
-// is the frozen process resumed: its late write must not be applied.
+// is the frozen process resumed: its late write must not be applied. Every
+// Guard holds the lock until its transaction ends (guard.HandOffAtEnd, no
+// relaying); scenario 2b runs the defaults.
 func TestScenarioPausedHolder(t *testing.T) {
 	runPausedHolder(t, newEnv(t, "paused-holder", 2000), false)
 }
 
-// runPausedHolder runs the paused-holder scenarios on e; handOff makes
-// every Guard hand the lock on at the claim (scenario 2b).
+// runPausedHolder runs the paused-holder scenarios on e; handOff runs every
+// Guard with the defaults, which hand the lock on at the claim (scenario
+// 2b), and !handOff with guard.HandOffAtEnd and NoRelay (scenario 2).
 func runPausedHolder(t *testing.T, e *env, handOff bool) {
 	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 90*time.Second)
@@ -31,9 +34,9 @@ func runPausedHolder(t *testing.T, e *env, handOff bool) {
 		params["idle_transaction_timeout"] = "2"
 	}
 	locks := fastLocks
-	locks.handOff = handOff
+	locks.atEnd = !handOff
 	h := StartHolder(t, holder(t), HolderConfig{Redis: srv.Addr, DSN: e.dsnVia("", params), Item: e.item, Prefix: e.prefix,
-		LeaseTTL: locks.lease, WaiterTimeout: locks.waiter, Recheck: locks.recheck, HandOff: handOff})
+		LeaseTTL: locks.lease, WaiterTimeout: locks.waiter, Recheck: locks.recheck, AtEnd: !handOff})
 	load := []*client{e.newClient(srv.Client(), e.db, locks), e.newClient(srv.Client(), e.db, locks)}
 	lctx, stop := context.WithCancel(ctx)
 	waitLoad := e.load(lctx, 15*time.Millisecond, load...)

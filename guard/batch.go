@@ -31,7 +31,7 @@ type batch struct {
 	present int       // members whose Do has not returned yet
 	started bool      // the runner goroutine runs (the batch is the head)
 	// handedOff: the batch's claim holds the fence row and the lock has
-	// gone on (Options.HandOffAtClaim), so the batch after it may run.
+	// gone on (HandOffAtClaim), so the batch after it may run.
 	handedOff bool
 	closed    bool // the lock was granted: no more members
 	// delivered: every member has its result; the runner only has its own
@@ -116,7 +116,7 @@ func (g *Guard) batched(ctx context.Context, key string, fn func(context.Context
 	if errors.Is(err, errUseDatabase) {
 		// The batch found Redis unavailable: database mode, one caller at a
 		// time, as Do without batching, which registers for relaying.
-		if g.opt.RelayConns {
+		if g.relaying() {
 			g.relays.enter(key)
 			defer g.leaveRelay(key)
 		}
@@ -150,7 +150,7 @@ func (bs *batches) join(g *Guard, key string, m *member) *batch {
 		// The batch's own statements carry the values (not the deadline or
 		// cancellation) of the ctx of the caller that opened it.
 		b.ctx, b.cancel = context.WithCancelCause(context.WithoutCancel(m.ctx))
-		if g.opt.RelayConns {
+		if g.relaying() {
 			// A batch counts as one caller of the key for relaying; its
 			// runner (or leave, for a batch that never starts) leaves.
 			g.relays.enter(key)
@@ -185,7 +185,7 @@ func (bs *batches) leave(g *Guard, b *batch, m *member) (last bool) {
 		}
 		bs.mu.Unlock()
 		b.cancel(nil)
-		if g.opt.RelayConns {
+		if g.relaying() {
 			g.leaveRelay(b.key)
 		}
 		return false

@@ -14,7 +14,7 @@ import (
 // their transactions as callers of the key of their own, while batches of
 // the key come and go: no update is lost and none is counted twice.
 func TestBatchFallbackWithRelay(t *testing.T) {
-	f := newFBEnv(t, guard.Options{FallbackAfter: 1, FallbackRetry: time.Hour, MaxBatch: 4, RelayConns: true})
+	f := newFBEnv(t, guard.Options{FallbackAfter: 1, FallbackRetry: time.Hour, MaxBatch: 4, HandOff: guard.HandOffAtEnd})
 	f.srv.Kill()
 	deadline := time.Now().Add(4 * time.Second)
 	var wg sync.WaitGroup
@@ -51,8 +51,8 @@ func TestBatchMemberCtxEndsMidStatement(t *testing.T) {
 		opt  guard.Options
 	}{
 		{"plain", guard.Options{MaxBatch: 8}},
-		{"handoff+relay", guard.Options{MaxBatch: 8, HandOffAtClaim: true, RelayConns: true}},
-		{"savepoints+handoff+relay", guard.Options{MaxBatch: 8, HandOffAtClaim: true, RelayConns: true, BatchSavepoints: true}},
+		{"handoff+relay", guard.Options{MaxBatch: 8, HandOff: guard.HandOffAtClaim}},
+		{"savepoints+handoff+relay", guard.Options{MaxBatch: 8, HandOff: guard.HandOffAtClaim, BatchSavepoints: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := tc.opt

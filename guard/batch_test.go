@@ -141,21 +141,24 @@ func TestBatchCombinesQueuedCallers(t *testing.T) {
 
 // One member's error undoes only its own work and reaches only it.
 func TestBatchMemberErrorIsIsolated(t *testing.T) {
-	for _, savepoints := range []bool{false, true} {
-		t.Run(fmt.Sprintf("savepoints=%v", savepoints), func(t *testing.T) {
-			testBatchMemberErrorIsIsolated(t, savepoints)
-		})
+	for _, handOff := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
+		for _, savepoints := range []bool{false, true} {
+			t.Run(fmt.Sprintf("handoff=%v,savepoints=%v", handOff, savepoints), func(t *testing.T) {
+				testBatchMemberErrorIsIsolated(t, handOff, savepoints)
+			})
+		}
 	}
 }
 
 // testBatchMemberErrorIsIsolated: member 1 fails after writing. Its work is
 // undone and the others' commits. Without savepoints the batch rolls back
-// and runs member 0 again; member 2, which had not run, runs once.
-func testBatchMemberErrorIsIsolated(t *testing.T, savepoints bool) {
+// and runs member 0 again; member 2, which had not run, runs once. The run
+// again, with the lock handed on at the claim, takes a new turn and token.
+func testBatchMemberErrorIsIsolated(t *testing.T, handOff guard.HandOff, savepoints bool) {
 	var mu sync.Mutex
 	outcomes := map[guard.Outcome]int{}
 	var runs [3]atomic.Int32
-	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints, Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints, HandOff: handOff, Hooks: guard.Hooks{
 		OnDone: func(_ context.Context, r guard.Result) {
 			mu.Lock()
 			outcomes[r.Outcome]++
@@ -196,8 +199,17 @@ func testBatchMemberErrorIsIsolated(t *testing.T, savepoints bool) {
 	if errs[0] != nil || !errors.Is(errs[1], errBoom) || errs[2] != nil {
 		t.Fatalf("Do = %v; want nil, errBoom, nil", errs)
 	}
-	if tokens[0] == 0 || tokens[0] != tokens[1] || tokens[1] != tokens[2] {
-		t.Fatalf("tokens %v: want one batch", tokens)
+	switch {
+	case savepoints || handOff == guard.HandOffAtEnd:
+		if tokens[0] == 0 || tokens[0] != tokens[1] || tokens[1] != tokens[2] {
+			t.Fatalf("tokens %v: want one batch", tokens)
+		}
+	default:
+		// Member 1 ran in the first turn; members 0 and 2 ran again in
+		// a new one.
+		if tokens[1] == 0 || tokens[0] != tokens[2] || tokens[0] <= tokens[1] {
+			t.Fatalf("tokens %v: want member 1's below the others', which share a new turn's", tokens)
+		}
 	}
 	if a, b := e.counter(1), e.counter(2); a != 1 || b != 1 {
 		t.Fatalf("counters %d %d, want 1 1: the failed member's writes undone, the others' kept", a, b)
@@ -613,7 +625,7 @@ func TestBatchLockLostMidBatch(t *testing.T) {
 func testBatchLockLostMidBatch(t *testing.T, savepoints bool) {
 	e := newEnv(t, envConfig{
 		lock:  &redislock.Options{LeaseTTL: 300 * time.Millisecond},
-		guard: &guard.Options{MaxBatch: 8, BatchSavepoints: savepoints},
+		guard: atEnd(guard.Options{MaxBatch: 8, BatchSavepoints: savepoints}),
 	})
 	var ran2 atomic.Bool
 	errs := queued(t, e, e.g, "k", []txFn{
@@ -693,7 +705,7 @@ func TestBatchRerunsOnceThenUsesSavepoints(t *testing.T) {
 // other members again without a failed one takes a new turn and token: the
 // next holder may already have claimed the row. The work still lands once.
 func TestBatchRerunAfterHandOffTakesNewTurn(t *testing.T) {
-	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, HandOffAtClaim: true, RelayConns: true}})
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8, HandOff: guard.HandOffAtClaim}})
 	var tokens0 []uint64
 	var mu sync.Mutex
 	errs := queued(t, e, e.g, "k", []txFn{

@@ -31,7 +31,7 @@ type batchRun struct {
 	// rerun is set by an attempt that rolled back because a member failed,
 	// to run the others again at once (see turns).
 	rerun bool
-	// ho, with Options.HandOffAtClaim, passes the current turn of the lock
+	// ho, when the lock is handed on at the claim (HandOffAtClaim), passes the current turn of the lock
 	// on once the claim holds the fence row.
 	ho *handOff
 	// claimStart is the start of the attempt's claim step (see
@@ -40,14 +40,14 @@ type batchRun struct {
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
-// with Options.HandOffAtClaim, right behind a head that handed the lock
+// when the lock is handed on at the claim, right behind a head that handed the lock
 // on). Its owners are the batch's members: the last one to leave waits for
 // it.
 func (g *Guard) runBatch(b *batch) {
 	defer close(b.finished)
 	defer g.batches.finish(g, b)
 	defer b.cancel(nil)
-	if g.opt.RelayConns {
+	if g.relaying() {
 		defer g.leaveRelay(b.key) // entered by batches.join
 	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
@@ -62,7 +62,7 @@ func (g *Guard) runBatch(b *batch) {
 		var detach, stop func()
 		r.lctx, detach, stop = g.watch(r.ctx, lk)
 		r.ho = nil
-		if g.opt.HandOffAtClaim {
+		if g.handsOffAtClaim() {
 			r.ho = newHandOff(g, lk, detach)
 			if turn > 0 {
 				// A new turn: batches formed behind this one wait for it

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // A Galera node can roll a transaction back on behalf of another node's
@@ -31,6 +32,7 @@ type dbCheck struct {
 	done    bool
 	err     error         // the refusal, when done
 	running chan struct{} // closed when the check in progress ends
+	galera  atomic.Bool   // the pool reaches a Galera node (wsrep_on=ON)
 }
 
 // CheckDatabase returns nil when Do can run its transactions on the Guard's
@@ -106,9 +108,12 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 	if err != nil || !strings.EqualFold(on, "ON") {
 		return nil, err
 	}
-	if g.opt.HandOffAtClaim {
+	// Row locks do not reach the other nodes: HandOffAuto holds the lock
+	// until the transaction ends from now on.
+	g.dbCheck.galera.Store(true)
+	if g.opt.HandOff == HandOffAtClaim {
 		return fmt.Errorf("%w: the database is a Galera node (wsrep_on=ON), whose row locks do not reach the other nodes: "+
-			"Options.HandOffAtClaim would let holders writing through different nodes run fn at once; turn it off", ErrUnsafePool), nil
+			"Options.HandOff HandOffAtClaim would let holders writing through different nodes run fn at once; use HandOffAuto or HandOffAtEnd", ErrUnsafePool), nil
 	}
 	before, err := counter(ctx, conn)
 	if err != nil {

@@ -1,8 +1,9 @@
 // Package guard runs a function as a critical section that is safe across
 // many application instances: [Guard.Do] takes a fair Redis lock for a key,
 // opens a MySQL transaction whose first statement claims the key's fence row
-// with the lock's fencing token, runs the function inside that transaction,
-// commits and unlocks.
+// with the lock's fencing token, passes the lock on to the key's next waiter
+// (the fence row's lock, held until the transaction ends, now keeps that
+// waiter out), runs the function inside that transaction and commits.
 //
 // Redis gives fairness and efficiency: callers wait in the lock's FIFO queue
 // without holding a database connection. MySQL is the final arbiter of safety:
@@ -28,9 +29,9 @@
 //
 // Rules for fn:
 //   - Use the ctx fn receives for every statement. It is cancelled as soon as
-//     the lock is lost or the caller's ctx ends, which stops fn's statements
-//     (with Options.HandOffAtClaim: as soon as the transaction is lost; see
-//     below).
+//     the transaction is lost or the caller's ctx ends, which stops fn's
+//     statements (with the lock held until the transaction ends,
+//     [HandOffAtEnd]: also as soon as the lock is lost; see below).
 //   - Return every error of tx's statements. Do rolls back when fn returns an
 //     error and returns that error (wrapped). Never commit or roll back tx
 //     yourself: [Tx.Commit] and [Tx.Rollback] refuse with [ErrTxManaged].
@@ -46,8 +47,9 @@
 //     deadlock, a lock wait timeout or a lost connection, the server has
 //     rolled the transaction (or the statement) back: tx refuses further
 //     statements, and when fn returns that error (or nil) Do rolls back and
-//     runs the whole transaction again, under the same lock and token, up to
-//     Options.MaxAttempts times. Errors of fn's own making are never retried,
+//     runs the whole transaction again, up to Options.MaxAttempts times,
+//     under a new turn of the lock and a new token (with [HandOffAtEnd],
+//     under the same lock and token). Errors of fn's own making are never retried,
 //     whatever their type (an io.EOF from a parser, a net.Error from an HTTP
 //     call, an error of another transaction). Keep side effects outside the
 //     database (messages, HTTP calls) out of fn or make them idempotent.
@@ -57,7 +59,8 @@
 //
 // Do returns nil exactly when the transaction committed. Errors:
 // [ErrFenced] (also [fence.ErrStale]; fn was not called and nothing was
-// written), [ErrLockLost] (the lock was lost while fn ran; rolled back),
+// written), [ErrLockLost] (the lock was lost before the claim held the fence
+// row or, with [HandOffAtEnd], while fn ran; rolled back),
 // [ErrNotCommitted] (the transaction is known not to have committed: safe to
 // retry), [ErrOutcomeUnknown] (the connection died during COMMIT and the
 // outcome could not be settled), [ErrReentry] (a nested call on a held key
@@ -70,8 +73,8 @@
 // during COMMIT, Do settles the outcome from the fence row within about a
 // second more and returns nil, [ErrNotCommitted] or [ErrOutcomeUnknown].
 //
-// If the lock is lost after fn returned nil but before COMMIT, Do still
-// commits. This is safe: the transaction holds the fence row's lock since its
+// With [HandOffAtEnd], if the lock is lost after fn returned nil but before
+// COMMIT, Do still commits. This is safe: the transaction holds the fence row's lock since its
 // claim, so the next holder's claim waits for this commit and then reads its
 // writes; no update is lost and nothing is applied twice. Do then returns nil
 // (the work is durable) and reports the loss through Hooks.OnLost.
@@ -203,29 +206,28 @@
 // long, when one caller's latency must not include others' work, or when
 // the keys are rarely contended (it then brings nothing).
 //
-// # Handing the lock on at the claim
+// # When the lock is handed on
 //
-// By default the serial path of a hot key is the unlock and its hand-off to
-// the next waiter, then that holder's BEGIN, claim, fn's statements and
-// COMMIT. With Options.HandOffAtClaim, Do passes the Redis lock on as soon
-// as its claim holds the fence row, before fn runs. The fence row's lock,
-// which the transaction keeps until it ends, then keeps the next holder
-// out: that holder's lock grant, BEGIN and claim run while fn and COMMIT
-// do, its claim returns the moment this transaction commits or rolls back,
-// and it reads what this one wrote. The serial path shrinks to the
-// database's own: claim, fn's statements, COMMIT. fn still never runs
-// concurrently with another fn of the key while both transactions are
-// alive, since the next fn starts only after its claim.
+// Do passes the Redis lock on to the key's next waiter as soon as its claim
+// holds the fence row, before fn runs ([HandOffAuto], the default, on a
+// database that is not a Galera node; [HandOffAtClaim] asks for it
+// explicitly). The fence row's lock, which the transaction keeps until it
+// ends, then keeps the next holder out: that holder's lock grant, BEGIN and
+// claim run while fn and COMMIT do, its claim returns the moment this
+// transaction commits or rolls back, and it reads what this one wrote. The
+// serial path of a hot key is the database's own: claim, fn's statements,
+// COMMIT. fn never runs concurrently with another fn of the key while both
+// transactions are alive, since the next fn starts only after its claim.
 //
-// What changes:
+// What that means for fn and for Do's callers:
 //   - fn's ctx ends when the transaction is lost (a deadlock, a lock wait
-//     timeout, a lost connection, a statement that ended it), instead of
-//     when the lock's lease is: the transaction's end lets the next holder
-//     in at once, while the lease, already given up, no longer matters.
-//     Keep side effects outside the database out of fn, as always: a
-//     transaction the server ends under a running fn lets the next holder's
-//     fn start before this one has returned, and this one's statements are
-//     then refused.
+//     timeout, a lost connection, a statement that ended it) or the caller's
+//     ctx ends, not when the lock's lease does: the transaction's end lets
+//     the next holder in at once, while the lease, already given up, no
+//     longer matters. Keep side effects outside the database out of fn, as
+//     always: a transaction the server ends under a running fn lets the
+//     next holder's fn start before this one has returned, and this one's
+//     statements are then refused.
 //   - A retry of an attempt that failed after the hand-off takes a new turn
 //     in the queue, behind the callers that arrived meanwhile, and a new
 //     token: the next holder may already have claimed the row with a newer
@@ -233,9 +235,9 @@
 //     turn.
 //   - At most two transactions of a key are open at once: one running fn,
 //     one whose claim waits (plus, briefly, the connection of one that
-//     committed and is being released; Options.RelayConns avoids that). The
-//     waiting one holds a database connection, and a holder stopped inside
-//     fn delays it until its transaction ends, or up to
+//     committed and is being released, unless transactions are relayed; see
+//     below). The waiting one holds a database connection, and a holder
+//     stopped inside fn delays it until its transaction ends, or up to
 //     innodb_lock_wait_timeout per attempt, after which the waiting Do
 //     retries like after any lock wait timeout.
 //   - When the connection dies during COMMIT, the next holder's claim, which
@@ -243,6 +245,22 @@
 //     the transaction, so the check that settles the outcome more often
 //     finds a newer token and returns [ErrOutcomeUnknown] rather than nil or
 //     [ErrNotCommitted].
+//   - Every Guard that takes the same Redis lock (the same Locker prefix
+//     and key) must claim the same fence row in the same database: the same
+//     Namespace and pool. Guards that share a lock but fence in different
+//     databases or namespaces would run fn at once.
+//   - A Do nested in fn on another key needs two connections per enclosing
+//     call: its own transaction, and the enclosing key's next holder's claim
+//     waiting on the enclosing fence row ([ErrNestedPool] refuses one the
+//     pool cannot serve).
+//
+// Row locks do not reach across the nodes of a Galera cluster: there,
+// HandOffAuto holds the lock until the transaction ends, and HandOffAtClaim
+// is refused ([ErrUnsafePool]). [HandOffAtEnd] does so everywhere: fn's ctx
+// then also ends when the lease is lost ([ErrLockLost]), a retry keeps its
+// turn and token, and only the holder of a key holds a connection; but the
+// unlock, the next holder's grant, BEGIN and claim join the serial path,
+// which about halves a hot key's throughput (see bench/README.md).
 //
 // With Options.MaxBatch, a batch hands the lock on once its claim holds the
 // row, and the next batch of the key in this process starts its turn then,
@@ -254,22 +272,23 @@
 //
 // A holder that begins its transaction on the pool queues for a connection
 // behind every other caller doing so; beside busy cold keys, that wait can
-// dominate a hot key's serial path. With Options.RelayConns, a Do that
-// commits while another Do on the same key is under way in this process
-// commits with COMMIT AND CHAIN, which begins a new transaction in the same
-// round trip, and hands that open transaction to the next caller of the
-// key here, which sends its claim at once: no BEGIN, no wait for the pool,
-// and no release of the finished transaction on the path. A chained
-// transaction has read nothing, so its snapshot, like that of a fresh one,
-// is taken after the claim. A caller that finds none waiting for it takes
-// whichever comes first, a relayed one or the pool's, and one nobody takes
-// within 50ms is rolled back, which returns its connection to the pool.
-// A hot key then keeps about two connections out of the pool while it has
-// callers, and a cold key none. Combined with Options.HandOffAtClaim, the
-// hot key's throughput beside busy cold keys comes close to that of the
-// hot key alone (see bench/README.md). With Options.MaxBatch, each batch
-// counts as one caller: a committing batch chains its transaction to the
-// key's next batch in this process.
+// dominate a hot key's serial path. So a Do that commits while another Do
+// on the same key is under way in this process commits with COMMIT AND
+// CHAIN, which begins a new transaction in the same round trip, and hands
+// that open transaction to the next caller of the key here, which sends its
+// claim at once: no BEGIN, no wait for the pool, and no release of the
+// finished transaction on the path. A chained transaction has read nothing,
+// so its snapshot, like that of a fresh one, is taken after the claim. A
+// caller that finds none waiting for it takes whichever comes first, a
+// relayed one or the pool's, and one nobody takes within 50ms is rolled
+// back, which returns its connection to the pool. A hot key then keeps
+// about two connections out of the pool while it has callers, and a cold
+// key none. With the lock handed on at the claim, the hot key's throughput
+// beside busy cold keys comes close to that of the hot key alone (see
+// bench/README.md). With Options.MaxBatch, each batch counts as one caller:
+// a committing batch chains its transaction to the key's next batch in this
+// process. Options.NoRelay turns relaying off: every transaction then
+// begins on the pool.
 //
 // # Namespaces
 //

@@ -144,10 +144,10 @@ func TestFirstDoCreatesFenceRowOutsideTx(t *testing.T) {
 		},
 	}
 	for _, opt := range []guard.Options{
-		{}, {MaxBatch: 4}, {HandOffAtClaim: true, RelayConns: true}, {MaxBatch: 4, HandOffAtClaim: true, RelayConns: true},
+		{}, {MaxBatch: 4}, {HandOff: guard.HandOffAtEnd, NoRelay: true}, {MaxBatch: 4, HandOff: guard.HandOffAtEnd, NoRelay: true},
 	} {
 		opt.Hooks = hooks
-		name := fmt.Sprintf("MaxBatch=%d,HandOffAtClaim=%v,RelayConns=%v", opt.MaxBatch, opt.HandOffAtClaim, opt.RelayConns)
+		name := fmt.Sprintf("MaxBatch=%d,HandOff=%v,NoRelay=%v", opt.MaxBatch, opt.HandOff, opt.NoRelay)
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, envConfig{dial: log.wrap, guard: &opt})
 			ctx := context.Background()

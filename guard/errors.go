@@ -32,8 +32,9 @@ var (
 	ErrInvalidOptions = errors.New("guard: invalid options")
 
 	// ErrLockLost is returned when the lock was lost (lease expired, deleted,
-	// Redis unreachable for longer than the lease) while fn ran or before the
-	// transaction could start; the transaction was rolled back. The error
+	// Redis unreachable for longer than the lease) before the claim held the
+	// fence row, or, with HandOffAtEnd, while fn ran; the transaction was
+	// rolled back. The error
 	// also matches the lock's own error (redislock.ErrLost).
 	ErrLockLost = errors.New("guard: lock lost")
 

@@ -27,7 +27,7 @@ type Guard struct {
 	dbCheck dbCheck
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
-	relays  relays    // connections passed between callers of a key (Options.RelayConns)
+	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -95,31 +95,35 @@ func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 //  2. begin a transaction on the Guard's DB;
 //  3. claim key's fence row with the lock's token as the first statement
 //     (a stale token returns [ErrFenced] without calling fn);
-//  4. run fn with the transaction;
-//  5. commit when fn returns nil, roll back when it returns an error or
-//     panics (the panic continues after cleanup);
-//  6. unlock, on every path, with a fresh context bounded by
-//     Options.UnlockTimeout.
+//  4. unlock, passing the lock on to the key's next waiter, whose claim now
+//     waits for this transaction's end (Options.HandOff; with HandOffAtEnd,
+//     and on a Galera pool, the unlock comes after step 6 instead);
+//  5. run fn with the transaction;
+//  6. commit when fn returns nil, roll back when it returns an error or
+//     panics (the panic continues after cleanup).
+//
+// The unlock runs on every path, with a fresh context bounded by
+// Options.UnlockTimeout.
 //
 // ctx governs the wait for the lock and the transaction, COMMIT and ROLLBACK
 // included: when it ends, Do gives up waiting or rolls back, closing a
 // database connection that does not answer. Do returns by the time ctx ends
 // even when Redis or MySQL does not answer (when ctx ends during COMMIT,
-// after settling the outcome for at most about a second more). The ctx fn receives additionally ends as
-// soon as the lock is lost (with Options.HandOffAtClaim, which gives the
-// lock up at the claim: as soon as the transaction is lost); pass it to
-// every statement. When the lock is lost
-// after fn returned nil, Do still commits (see the package documentation for
-// why that is safe).
+// after settling the outcome for at most about a second more). The ctx fn
+// receives additionally ends as soon as the transaction is lost, or, when
+// the lock is held until the transaction ends (HandOffAtEnd), as soon as the
+// lock is lost; pass it to every statement. When the lock is lost after fn
+// returned nil, Do still commits (see the package documentation for why that
+// is safe).
 //
 // fn may run more than once: when a statement of the transaction fails with
 // a deadlock, a lock wait timeout or a lost connection (and fn returns that
 // error or nil), or the connection is lost before COMMIT, Do rolls back and
 // retries the whole transaction under the same lock and token, claiming the
 // fence row again, with jittered exponential backoff, up to
-// Options.MaxAttempts attempts while ctx lasts (with Options.HandOffAtClaim,
-// an attempt that failed after the lock was handed on retries under a new
-// turn of the lock and a new token). Errors of fn's own making are
+// Options.MaxAttempts attempts while ctx lasts (an attempt that failed
+// after the lock was handed on at the claim retries under a new turn of the
+// lock and a new token). Errors of fn's own making are
 // returned as they are, never retried.
 //
 // fn must not end the transaction: see [Tx] and [ErrImplicitCommit].
@@ -172,7 +176,7 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	if g.opt.MaxBatch > 1 {
 		err = g.batched(ctx, key, fn, tr)
 	} else {
-		if g.opt.RelayConns {
+		if g.relaying() {
 			g.relays.enter(key)
 			defer g.leaveRelay(key)
 		}
@@ -202,7 +206,7 @@ func (g *Guard) checkKey(key string) error {
 }
 
 // run holds the lock of key for the attempts of one Do. Usually one turn of
-// the lock serves them all; with Options.HandOffAtClaim, an attempt that
+// the lock serves them all; when the lock is handed on at the claim, an attempt that
 // fails after its turn was passed on takes a new turn for the next one.
 func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
 	// A committed transaction's connection is released while the lock is
@@ -260,7 +264,7 @@ func (g *Guard) hold(ctx context.Context, key string, lk *redislock.Lock, start 
 	}
 	lctx, detach, stop := g.watch(ctx, lk)
 	var ho *handOff
-	if g.opt.HandOffAtClaim {
+	if g.handsOffAtClaim() {
 		ho = newHandOff(g, lk, detach)
 	}
 	defer func() {
@@ -551,7 +555,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 }
 
 // commitLeg commits stx, the transaction of lg when lg is not nil
-// (Options.RelayConns). When another caller of key is under way here, it
+// (relaying, unless Options.NoRelay). When another caller of key is under way here, it
 // commits with COMMIT AND CHAIN and passes the new transaction on. kept
 // reports that lg is taken care of: the caller must not end it.
 func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg, released *chan struct{}) (kept bool, err error) {

@@ -19,11 +19,17 @@ import (
 )
 
 func TestDoRunsOneFencedTransaction(t *testing.T) {
+	for _, handOff := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
+		t.Run(handOff.String(), func(t *testing.T) { testDoRunsOneFencedTransaction(t, handOff) })
+	}
+}
+
+func testDoRunsOneFencedTransaction(t *testing.T, handOff guard.HandOff) {
 	var mu sync.Mutex
 	var events []string
 	var acquiredToken uint64
 	record := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
-	e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: handOff, Hooks: guard.Hooks{
 		OnAcquired:  func(key string, token uint64, wait time.Duration) { acquiredToken = token; record("acquired") },
 		OnCommitted: func(key string, token uint64, elapsed time.Duration) { record("committed") },
 	}}})
@@ -40,9 +46,13 @@ func TestDoRunsOneFencedTransaction(t *testing.T) {
 		if err != nil || f.Token != tx.Token() || f.OpID != tx.OpID() || f.Owner != tx.Owner() {
 			t.Errorf("fence inside fn = %+v, %v; want token %d op %q", f, err, tx.Token(), tx.OpID())
 		}
-		// Others cannot take the lock meanwhile.
-		if _, err := e.locker.TryLock(ctx, key); !errors.Is(err, redislock.ErrNotAcquired) {
-			t.Errorf("TryLock during fn = %v, want ErrNotAcquired", err)
+		// Held until the transaction ends, others cannot take the lock
+		// meanwhile (by default it is handed on at the claim, and the
+		// fence row's lock keeps them out: see TestHandOffFnNeverOverlaps).
+		if handOff == guard.HandOffAtEnd {
+			if _, err := e.locker.TryLock(ctx, key); !errors.Is(err, redislock.ErrNotAcquired) {
+				t.Errorf("TryLock during fn = %v, want ErrNotAcquired", err)
+			}
 		}
 		opID = tx.OpID()
 		return increment(ctx, tx, 1)
@@ -61,8 +71,18 @@ func TestDoRunsOneFencedTransaction(t *testing.T) {
 	e.assertFree(key)
 }
 
+// Callers queued for a key hold no database connection. With the lock held
+// until the transaction ends, only the holder holds one; by default, the
+// lock is handed on at the claim, and the next holder holds one too while
+// its claim waits for the fence row: two in all, however many queue.
 func TestQueuedCallersHoldNoConnection(t *testing.T) {
-	e := newEnv(t, envConfig{})
+	for _, handOff := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
+		t.Run(handOff.String(), func(t *testing.T) { testQueuedCallersHoldNoConnection(t, handOff) })
+	}
+}
+
+func testQueuedCallersHoldNoConnection(t *testing.T, handOff guard.HandOff) {
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: handOff}})
 	const key, waiters = "hot", 20
 	ctx := context.Background()
 	entered, hold := make(chan struct{}), make(chan struct{})
@@ -86,12 +106,19 @@ func TestQueuedCallersHoldNoConnection(t *testing.T) {
 		}()
 	}
 	queue := e.names(key).Queue
-	waitFor(t, "20 callers queued in Redis", func() bool {
+	queued, inUse := waiters, 1
+	if handOff != guard.HandOffAtEnd {
+		queued, inUse = waiters-1, 2
+		waitFor(t, "the next holder's claim to wait for the fence row", func() bool {
+			return e.running("UPDATE "+fence.Table) == 1
+		})
+	}
+	waitFor(t, fmt.Sprintf("%d callers queued in Redis", queued), func() bool {
 		n, err := e.rdb.ZCard(ctx, queue).Result()
-		return err == nil && n == waiters
+		return err == nil && n == int64(queued)
 	})
-	if s := e.db.Stats(); s.InUse != 1 {
-		t.Errorf("%d DB connections in use while %d callers wait, want 1 (the holder's)", s.InUse, waiters)
+	if s := e.db.Stats(); s.InUse != inUse {
+		t.Errorf("%d DB connections in use while %d callers wait, want %d", s.InUse, waiters, inUse)
 	}
 	close(hold)
 	wg.Wait()
@@ -229,7 +256,7 @@ func TestLockLostDuringFnCancelsFnAndRollsBack(t *testing.T) {
 	lost := make(chan uint64, 1)
 	e := newEnv(t, envConfig{
 		lock:  &redislock.Options{LeaseTTL: 300 * time.Millisecond},
-		guard: &guard.Options{Hooks: guard.Hooks{OnLost: func(key string, token uint64) { lost <- token }}},
+		guard: atEnd(guard.Options{Hooks: guard.Hooks{OnLost: func(key string, token uint64) { lost <- token }}}),
 	})
 	var token uint64
 	err := e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
@@ -266,7 +293,7 @@ func TestLockLostBeforeCommitCommitsSafely(t *testing.T) {
 	var lostOnce sync.Once
 	e := newEnv(t, envConfig{
 		lock:  &redislock.Options{LeaseTTL: 300 * time.Millisecond},
-		guard: &guard.Options{Hooks: guard.Hooks{OnLost: func(string, uint64) { lostOnce.Do(func() { close(lostA) }) }}},
+		guard: atEnd(guard.Options{Hooks: guard.Hooks{OnLost: func(string, uint64) { lostOnce.Do(func() { close(lostA) }) }}}),
 	})
 	ctx := context.Background()
 	const key = "k"

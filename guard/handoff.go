@@ -2,13 +2,59 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redfence/redfence/redislock"
 )
 
+// HandOff says when Do passes a key's Redis lock on to the key's next
+// waiter (Options.HandOff).
+type HandOff int
+
+const (
+	// HandOffAuto: HandOffAtClaim, except on a pool that is a Galera node,
+	// whose row locks do not reach the other nodes; there HandOffAtEnd.
+	HandOffAuto HandOff = iota
+	// HandOffAtClaim: as soon as the attempt's claim holds the fence row,
+	// before fn runs; the row's lock keeps the next holder out until the
+	// transaction ends. Refused on a Galera pool ([ErrUnsafePool]).
+	HandOffAtClaim
+	// HandOffAtEnd: once the transaction has committed or rolled back.
+	HandOffAtEnd
+)
+
+func (h HandOff) String() string {
+	switch h {
+	case HandOffAuto:
+		return "auto"
+	case HandOffAtClaim:
+		return "at-claim"
+	case HandOffAtEnd:
+		return "at-end"
+	}
+	return fmt.Sprintf("HandOff(%d)", int(h))
+}
+
+// handsOffAtClaim reports whether Do passes the lock on at the claim:
+// Options.HandOff, with HandOffAuto settled by the pool check (until the
+// check has found a Galera node, at the claim).
+func (g *Guard) handsOffAtClaim() bool {
+	switch g.opt.HandOff {
+	case HandOffAtClaim:
+		return true
+	case HandOffAtEnd:
+		return false
+	}
+	return !g.dbCheck.galera.Load()
+}
+
+// relaying reports whether transactions are relayed between the callers of
+// a key (Options.NoRelay).
+func (g *Guard) relaying() bool { return !g.opt.NoRelay }
+
 // handOff passes a Do's Redis lock on to the next waiter as soon as the
-// attempt's claim holds the key's fence row (Options.HandOffAtClaim). From
+// attempt's claim holds the key's fence row (HandOffAtClaim). From
 // then on the row lock, which the transaction keeps until it ends, is what
 // keeps the next holder out: its claim waits for this COMMIT or ROLLBACK.
 // The next holder's lock hand-off, BEGIN and claim so overlap with this

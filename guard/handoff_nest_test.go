@@ -22,7 +22,7 @@ import (
 // innodb_lock_wait_timeout ended the claim: Do refuses the nested call at
 // once with ErrNestedPool instead.
 func TestHandOffNestedDoNeedsRoomInThePool(t *testing.T) {
-	for _, handOff := range []bool{false, true} {
+	for _, handOff := range []guard.HandOff{guard.HandOffAtEnd, guard.HandOffAuto, guard.HandOffAtClaim} {
 		t.Run(fmt.Sprintf("handoff=%v", handOff), func(t *testing.T) {
 			e := newEnv(t, envConfig{})
 			mc, err := mysql.ParseDSN(e.dsn)
@@ -36,7 +36,7 @@ func TestHandOffNestedDoNeedsRoomInThePool(t *testing.T) {
 			db := sqlx.MustOpen("mysql", mc.FormatDSN())
 			t.Cleanup(func() { _ = db.Close() })
 			db.SetMaxOpenConns(2)
-			g := guard.New(e.locker, db, &guard.Options{HandOffAtClaim: handOff})
+			g := guard.New(e.locker, db, &guard.Options{HandOff: handOff})
 			ctx := context.Background()
 			inA, goNested := make(chan struct{}), make(chan struct{})
 			var nested time.Duration
@@ -70,7 +70,7 @@ func TestHandOffNestedDoNeedsRoomInThePool(t *testing.T) {
 			if nested > 2*time.Second {
 				t.Fatalf("the nested Do on another key took %v: stalled on the pool behind the next holder's claim", nested)
 			}
-			if !handOff {
+			if handOff == guard.HandOffAtEnd {
 				must(t, errA)
 				return
 			}

@@ -27,12 +27,15 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 		name string
 		opt  guard.Options
 	}{
-		{"handoff", guard.Options{HandOffAtClaim: true}},
-		{"relay", guard.Options{RelayConns: true}},
-		{"handoff+relay", guard.Options{HandOffAtClaim: true, RelayConns: true}},
-		{"batch+handoff", guard.Options{MaxBatch: 4, HandOffAtClaim: true}},
-		{"batch+relay", guard.Options{MaxBatch: 4, RelayConns: true}},
-		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOffAtClaim: true, RelayConns: true}},
+		{"defaults", guard.Options{}},
+		{"batch", guard.Options{MaxBatch: 4}},
+		{"at-end,no-relay", guard.Options{HandOff: guard.HandOffAtEnd, NoRelay: true}},
+		{"handoff", guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true}},
+		{"relay", guard.Options{HandOff: guard.HandOffAtEnd}},
+		{"handoff+relay", guard.Options{HandOff: guard.HandOffAtClaim}},
+		{"batch+handoff", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim, NoRelay: true}},
+		{"batch+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtEnd}},
+		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var inFn, grantedInFn atomic.Int64
@@ -91,14 +94,15 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 			if n := e.counter(1); n != callers*each {
 				t.Fatalf("counter = %d after %d increments: updates were lost", n, callers*each)
 			}
-			if tc.opt.HandOffAtClaim && grantedInFn.Load() == 0 {
+			atClaim, relay := tc.opt.HandOff != guard.HandOffAtEnd, !tc.opt.NoRelay
+			if atClaim && grantedInFn.Load() == 0 {
 				t.Fatal("no lock was granted while an fn ran: the hand-off did not happen at the claim")
 			}
-			if !tc.opt.HandOffAtClaim && grantedInFn.Load() != 0 {
-				t.Fatalf("%d locks granted while an fn ran, without HandOffAtClaim", grantedInFn.Load())
+			if !atClaim && grantedInFn.Load() != 0 {
+				t.Fatalf("%d locks granted while an fn ran, with HandOffAtEnd", grantedInFn.Load())
 			}
-			if tc.opt.RelayConns != (chained.Load() > 0) {
-				t.Fatalf("%d transactions chained to the next caller, with RelayConns %v", chained.Load(), tc.opt.RelayConns)
+			if relay != (chained.Load() > 0) {
+				t.Fatalf("%d transactions chained to the next caller, with NoRelay %v", chained.Load(), tc.opt.NoRelay)
 			}
 			if n := e.db.Stats().InUse; n != 0 {
 				t.Fatalf("%d connections still in use after every Do returned", n)
@@ -137,7 +141,7 @@ func TestHandOffPausedHolder(t *testing.T) {
 func testHandOffPausedHolder(t *testing.T, maxBatch int) {
 	granted := make(chan uint64, 4)
 	var lost atomic.Int64
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, MaxBatch: maxBatch, Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true, MaxBatch: maxBatch, Hooks: guard.Hooks{
 		OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token },
 		OnLost:     func(string, uint64) { lost.Add(1) },
 	}}})
@@ -206,7 +210,7 @@ func TestHandOffRetryTakesNewTurn(t *testing.T) {
 
 func testHandOffRetryTakesNewTurn(t *testing.T, maxBatch int) {
 	granted := make(chan uint64, 8)
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOffAtClaim: true, MaxBatch: maxBatch, BackoffMin: time.Millisecond,
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true, MaxBatch: maxBatch, BackoffMin: time.Millisecond,
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token }}}})
 	ctx := context.Background()
 	var tokens []uint64
@@ -254,8 +258,8 @@ func TestHandOffNestingAndBatches(t *testing.T) {
 		name string
 		opt  guard.Options
 	}{
-		{"nested", guard.Options{HandOffAtClaim: true, RelayConns: true}},
-		{"batched", guard.Options{HandOffAtClaim: true, RelayConns: true, MaxBatch: 4}},
+		{"nested", guard.Options{HandOff: guard.HandOffAtClaim}},
+		{"batched", guard.Options{HandOff: guard.HandOffAtClaim, MaxBatch: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := tc.opt

@@ -216,8 +216,9 @@ func (c *faultConn) Close() error {
 }
 
 func isCommit(p []byte) bool {
-	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
-	return len(p) >= 5 && p[4] == 3 && string(p[5:]) == "COMMIT"
+	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and
+	// the text; a relayed transaction commits with COMMIT AND CHAIN.
+	return len(p) >= 5 && p[4] == 3 && (string(p[5:]) == "COMMIT" || string(p[5:]) == "COMMIT AND CHAIN")
 }
 
 func (c *faultConn) Write(p []byte) (int, error) {
@@ -295,3 +296,12 @@ func must(t *testing.T, err error) {
 var errBoom = errors.New("boom")
 
 type netConn = net.Conn
+
+// atEnd returns o with the lock held until the transaction ends and no
+// relaying (guard.HandOffAtEnd, NoRelay), for tests of what that mode
+// promises: the lease guards fn, and a retry keeps its turn and token.
+func atEnd(o guard.Options) *guard.Options {
+	o.HandOff = guard.HandOffAtEnd
+	o.NoRelay = true
+	return &o
+}

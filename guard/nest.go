@@ -41,7 +41,7 @@ func (g *Guard) checkPool(ctx context.Context, key string) error {
 	for s, _ := ctx.Value(scopeKey{}).(*scope); s != nil; s = s.parent {
 		if s.g.db.DB == g.db.DB {
 			held++
-			if s.g.opt.HandOffAtClaim {
+			if s.g.handsOffAtClaim() {
 				// The enclosing key's next holder may hold one more,
 				// waiting with its claim for the enclosing transaction.
 				held++

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,10 +137,18 @@ func TestNestedCallAfterOuterReturnedFails(t *testing.T) {
 }
 
 // A nested call that does not pass fn's ctx is a new caller: it queues
-// behind the lock its own caller holds and gives up when its ctx ends (the
-// documented reason to always pass fn's ctx on).
+// behind the lock its own caller holds (by default, behind the fence row the
+// caller's transaction holds, once the lock was handed on at the claim) and
+// gives up when its ctx ends (the documented reason to always pass fn's ctx
+// on).
 func TestNestedSameKeyWithForeignContextWaits(t *testing.T) {
-	e := newEnv(t, envConfig{})
+	for _, handOff := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
+		t.Run(handOff.String(), func(t *testing.T) { testNestedSameKeyWithForeignContextWaits(t, handOff) })
+	}
+}
+
+func testNestedSameKeyWithForeignContextWaits(t *testing.T, handOff guard.HandOff) {
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: handOff}})
 	err := e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
 		foreign, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -147,8 +156,13 @@ func TestNestedSameKeyWithForeignContextWaits(t *testing.T) {
 			t.Error("a nested call without fn's ctx got the lock its caller holds")
 			return nil
 		})
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redislock.ErrNotAcquired) {
-			t.Errorf("nested Do with a foreign ctx = %v, want ErrNotAcquired and DeadlineExceeded", err)
+		switch {
+		case !errors.Is(err, context.DeadlineExceeded):
+			t.Errorf("nested Do with a foreign ctx = %v, want DeadlineExceeded", err)
+		case handOff == guard.HandOffAtEnd && !errors.Is(err, redislock.ErrNotAcquired):
+			t.Errorf("nested Do with a foreign ctx = %v, want ErrNotAcquired", err)
+		case handOff != guard.HandOffAtEnd && !strings.Contains(err.Error(), ": claim: "):
+			t.Errorf("nested Do with a foreign ctx = %v, want it to end waiting in its claim", err)
 		}
 		return increment(ctx, tx, 1)
 	})

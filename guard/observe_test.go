@@ -69,7 +69,9 @@ func (r *recorder) take() (string, guard.Result) {
 
 func TestHooksReportStepsAndOutcomes(t *testing.T) {
 	rec := &recorder{ctxOK: true}
-	e := newEnv(t, envConfig{guard: &guard.Options{BackoffMin: time.Millisecond, Hooks: rec.hooks()}})
+	// A retry keeps its turn of the lock (with the lock handed on at the
+	// claim it takes a new one: see TestHandOffRetryTakesNewTurn).
+	e := newEnv(t, envConfig{guard: atEnd(guard.Options{BackoffMin: time.Millisecond, Hooks: rec.hooks()})})
 	ctx := context.Background()
 
 	var token uint64

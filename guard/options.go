@@ -171,45 +171,59 @@ type Options struct {
 	// default: false
 	BatchSavepoints bool
 
-	// HandOffAtClaim passes the Redis lock on to the key's next waiter as
-	// soon as the attempt's claim holds the fence row, before fn runs,
-	// instead of after COMMIT. The fence row's lock, which the transaction
-	// keeps until it ends, then keeps the next holder out: its BEGIN and
-	// claim run while fn and COMMIT do, and its claim returns the moment
-	// this transaction ends. The serial path of a hot key shrinks to the
-	// database's own: claim, fn's statements, COMMIT. See "Handing the lock
-	// on at the claim" in the package documentation for what changes: fn's
-	// ctx ends when the transaction is lost rather than when the lease is,
-	// a retry takes a new turn and token, at most two transactions of a key
-	// (one running, one waiting for the row) hold connections, and a
-	// holder stopped inside fn delays the next one up to
-	// innodb_lock_wait_timeout per attempt. With MaxBatch, a batch hands
-	// the lock on at its claim and the key's next batch here starts its
-	// turn then. It does not apply in database mode (Fallback).
+	// HandOff says when Do passes the Redis lock on to the key's next
+	// waiter.
 	//
-	// It relies on the fence row's lock, so every Guard that takes the same
-	// Redis lock (the same Locker prefix and key) must claim the same fence
-	// row in the same database: the same Namespace and pool. Guards that
-	// share a lock but fence in different databases or namespaces would run
-	// fn at once. Row locks do not reach across Galera nodes either, so on a
-	// Galera pool Do refuses it ([ErrUnsafePool]). A Do nested in fn on
-	// another key needs two connections per enclosing call (its transaction,
-	// and the next holder's claim waiting on its fence row); [ErrNestedPool]
-	// refuses one the pool cannot serve.
-	// default: false (the lock is held until the transaction has ended)
-	HandOffAtClaim bool
+	// HandOffAtClaim passes it on as soon as the attempt's claim holds the
+	// fence row, before fn runs. The fence row's lock, which the
+	// transaction keeps until it ends, then keeps the next holder out: its
+	// grant, BEGIN and claim run while fn and COMMIT do, and its claim
+	// returns the moment this transaction ends. The serial path of a hot
+	// key shrinks to the database's own: claim, fn's statements, COMMIT.
+	// fn's ctx ends when the transaction is lost rather than when the lease
+	// is, a retry takes a new turn and token, at most two transactions of a
+	// key (one running, one waiting for the row) hold connections, and a
+	// holder stopped inside fn delays the next one up to
+	// innodb_lock_wait_timeout per attempt. It relies on the fence row's
+	// lock, so every Guard that takes the same Redis lock (the same Locker
+	// prefix and key) must claim the same fence row in the same database:
+	// the same Namespace and pool; Guards that share a lock but fence in
+	// different databases or namespaces would run fn at once. Row locks do
+	// not reach across Galera nodes, so on a Galera pool Do refuses it
+	// ([ErrUnsafePool]). A Do nested in fn on another key needs two
+	// connections per enclosing call (its transaction, and the next
+	// holder's claim waiting on its fence row); [ErrNestedPool] refuses one
+	// the pool cannot serve.
+	//
+	// HandOffAtEnd holds the lock until the transaction has ended: fn's
+	// ctx ends when the lease is lost, and a retry keeps its turn and
+	// token, but the unlock, the next holder's grant, BEGIN and claim add
+	// to the serial path, which about doubles it for a hot key.
+	//
+	// HandOffAuto is HandOffAtClaim on a pool that is not a Galera node,
+	// and HandOffAtEnd on one (found by the pool check, see
+	// [Guard.CheckDatabase]).
+	//
+	// See "When the lock is handed on" in the package documentation. With
+	// MaxBatch, a batch hands the lock on at its claim and the key's next
+	// batch here starts its turn then. It does not apply in database mode
+	// (Fallback).
+	// default: HandOffAuto
+	HandOff HandOff
 
-	// RelayConns hands a committing Do's connection, with a new transaction
-	// already open on it (COMMIT AND CHAIN), to the next Do on the same key
-	// in this process, instead of returning it to the pool: that Do sends
-	// its claim at once, without a BEGIN and without queueing for the pool
-	// behind the callers of other keys. A Do with no other caller of its
-	// key here uses the pool as usual; a relayed transaction nobody takes
-	// within 50ms is rolled back and its connection returned. See "Relaying
-	// transactions between a key's callers" in the package documentation.
-	// With MaxBatch, a batch counts as one caller.
-	// default: false (every transaction begins on the pool)
-	RelayConns bool
+	// NoRelay turns off relaying. By default a committing Do hands its
+	// connection, with a new transaction already open on it (COMMIT AND
+	// CHAIN), to the next Do on the same key in this process, instead of
+	// returning it to the pool: that Do sends its claim at once, without a
+	// BEGIN and without queueing for the pool behind the callers of other
+	// keys. A Do with no other caller of its key here uses the pool as
+	// usual; a relayed transaction nobody takes within 50ms is rolled back
+	// and its connection returned. See "Relaying transactions between a
+	// key's callers" in the package documentation. With MaxBatch, a batch
+	// counts as one caller. With NoRelay, every transaction begins on the
+	// pool and every connection goes back to it.
+	// default: false (transactions are relayed between a key's callers)
+	NoRelay bool
 
 	// Logger receives debug records of each step and warnings for lost
 	// locks, fenced tokens, retries and failed unlocks.
@@ -282,6 +296,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("Options.Namespace is %d bytes, more than %d", len(o.Namespace), maxNamespaceLen)
 	case o.MaxBatch < 0:
 		return o, fmt.Errorf("Options.MaxBatch is %d, must be >= 0", o.MaxBatch)
+	case o.HandOff < HandOffAuto || o.HandOff > HandOffAtEnd:
+		return o, fmt.Errorf("Options.HandOff is %v, not HandOffAuto, HandOffAtClaim or HandOffAtEnd", o.HandOff)
 	case o.TxOptions != nil && o.TxOptions.ReadOnly:
 		return o, fmt.Errorf("Options.TxOptions.ReadOnly is set, but the fence claim writes")
 	}

@@ -13,8 +13,26 @@ func TestOptionsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.MaxAttempts != 3 || o.BackoffMin != 10*time.Millisecond || o.BackoffMax != 500*time.Millisecond ||
-		o.UnlockTimeout != 5*time.Second || o.SettleTimeout != 10*time.Second || o.TxOptions != nil || o.Logger == nil {
+		o.UnlockTimeout != 5*time.Second || o.SettleTimeout != 10*time.Second || o.TxOptions != nil || o.Logger == nil ||
+		o.HandOff != HandOffAuto || o.NoRelay {
 		t.Fatalf("defaults = %+v", o)
+	}
+	// HandOffAuto hands the lock on at the claim until the pool check finds
+	// a Galera node, and relaying is on.
+	g := &Guard{opt: o}
+	if !g.handsOffAtClaim() || !g.relaying() {
+		t.Fatalf("defaults: hand-off at the claim %v, relaying %v; want both", g.handsOffAtClaim(), g.relaying())
+	}
+	g.dbCheck.galera.Store(true)
+	if g.handsOffAtClaim() {
+		t.Fatal("HandOffAuto on a Galera pool hands the lock on at the claim")
+	}
+	for h, want := range map[HandOff]bool{HandOffAtClaim: true, HandOffAtEnd: false} {
+		g := &Guard{opt: Options{HandOff: h}}
+		g.dbCheck.galera.Store(!want)
+		if g.handsOffAtClaim() != want {
+			t.Fatalf("%v: hand-off at the claim %v, want %v", h, !want, want)
+		}
 	}
 	// A BackoffMin above the default maximum raises the maximum with it.
 	o, err = Options{BackoffMin: time.Second}.withDefaults()
@@ -42,6 +60,8 @@ func TestOptionsInvalid(t *testing.T) {
 		{Options{UnlockTimeout: -time.Second}, "UnlockTimeout"},
 		{Options{SettleTimeout: -time.Second}, "SettleTimeout"},
 		{Options{TxOptions: &sql.TxOptions{ReadOnly: true}}, "ReadOnly"},
+		{Options{HandOff: HandOffAtEnd + 1}, "HandOff"},
+		{Options{HandOff: -1}, "HandOff"},
 	} {
 		_, err := c.o.withDefaults()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

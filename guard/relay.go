@@ -15,7 +15,7 @@ import (
 const relayPark = 50 * time.Millisecond
 
 // relays pass database connections from one caller of a key to the next
-// caller of the same key in this process (Options.RelayConns), so that the
+// caller of the same key in this process (unless Options.NoRelay), so that the
 // holder of a hot key does not queue for a pooled connection behind callers
 // of other keys. A connection is passed on only while another caller of the
 // key is under way here; otherwise it goes back to the pool.
@@ -317,11 +317,11 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	return p.l, nil
 }
 
-// begin begins an attempt's transaction on key: with Options.RelayConns,
+// begin begins an attempt's transaction on key: unless Options.NoRelay,
 // a leg (see takeLeg), which lg returns and the caller must end unless it
 // passes it on; otherwise a transaction of the pool, bound to ctx.
 func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, err error) {
-	if !g.opt.RelayConns {
+	if !g.relaying() {
 		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
 		return stx, nil, err
 	}

@@ -26,7 +26,7 @@ func TestRelayStaleTxRefDoesNotLand(t *testing.T) {
 }
 
 func testRelayStaleTxRefDoesNotLand(t *testing.T, relay bool, maxBatch int) {
-	e := newEnv(t, envConfig{guard: &guard.Options{RelayConns: relay, MaxBatch: maxBatch}})
+	e := newEnv(t, envConfig{guard: &guard.Options{NoRelay: !relay, MaxBatch: maxBatch}})
 	ctx := context.Background()
 	var kept *guard.Tx
 	inA, releaseA := make(chan struct{}), make(chan struct{})

@@ -29,7 +29,7 @@ func TestRelayPreparedStmtsClosedAtCommit(t *testing.T) {
 }
 
 func testRelayPreparedStmtsClosedAtCommit(t *testing.T, relay bool, maxBatch int) {
-	e := newEnv(t, envConfig{guard: &guard.Options{RelayConns: relay, HandOffAtClaim: true, MaxBatch: maxBatch}})
+	e := newEnv(t, envConfig{guard: &guard.Options{NoRelay: !relay, HandOff: guard.HandOffAtClaim, MaxBatch: maxBatch}})
 	ctx := context.Background()
 	var maxOpen atomic.Int64
 	var wg sync.WaitGroup

@@ -117,7 +117,9 @@ func TestRetriedAttemptAfterNewerClaimIsFenced(t *testing.T) {
 	newer := splitGuard(t, e, guard.Options{})
 	ctx := context.Background()
 	var newerErr error
-	g := guard.New(e.locker, e.db, &guard.Options{BackoffMin: time.Millisecond, Namespace: e.prefix,
+	// The retry keeps its turn and token (HandOffAtEnd); with the lock
+	// handed on at the claim it would take a new turn and token.
+	g := guard.New(e.locker, e.db, &guard.Options{HandOff: guard.HandOffAtEnd, NoRelay: true, BackoffMin: time.Millisecond, Namespace: e.prefix,
 		Hooks: guard.Hooks{OnRetry: func(string, int, error) {
 			newerErr = newer.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
 				return increment(ctx, tx, 1)

@@ -64,12 +64,13 @@ func heavyTx(t *testing.T, e *env) *sqlx.Tx {
 
 // A real deadlock (1213) between fn and a plain transaction: InnoDB rolls
 // back fn's transaction (the lighter one), Do retries it under the same lock
-// and token, and the second attempt succeeds.
+// and token, and the second attempt succeeds (with the lock held until the
+// transaction ends; see TestHandOffRetryTakesNewTurn for the default).
 func TestRetryOnDeadlock(t *testing.T) {
 	var retries []error
-	e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: atEnd(guard.Options{Hooks: guard.Hooks{
 		OnRetry: func(key string, attempt int, err error) { retries = append(retries, err) },
-	}}})
+	}})})
 	ctx := context.Background()
 	ptx := heavyTx(t, e)
 

@@ -37,7 +37,7 @@ import (
 //     fn returns that error or nil.
 //   - Once fn has returned, its statements are refused with an error
 //     wrapping sql.ErrTxDone, and the statements it prepared are closed
-//     (with Options.RelayConns the underlying transaction lives on, chained,
+//     (when relayed, the underlying transaction lives on, chained,
 //     as the next caller's).
 //
 // The embedded *sqlx.Tx (t.Tx) and statements bound with Stmt run unwatched:
@@ -69,7 +69,7 @@ type Tx struct {
 	memberFail atomic.Pointer[context.CancelCauseFunc]
 
 	// ended is set when Do is done with the transaction, before it commits
-	// or rolls back: with Options.RelayConns the *sqlx.Tx lives on, chained,
+	// or rolls back: when relayed, the *sqlx.Tx lives on, chained,
 	// as the next caller's transaction, so statements of this Tx kept past
 	// fn are refused here, and the statements fn prepared are closed, as
 	// database/sql would at the end of the transaction.

@@ -70,10 +70,10 @@ func (s *setup) variants() []variant {
 		}
 	}
 	vs := []variant{{"sql", "FOR UPDATE", forUpdate}}
-	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"handoff", "Do handoff", through(s.gHandOff)},
-		{"relay", "Do relay", through(s.gRelay)}, {"both", "Do both", through(s.gBoth)},
+	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"atend", "Do at-end", through(s.gAtEnd)},
+		{"handoff", "Do handoff", through(s.gHandOff)}, {"relay", "Do relay", through(s.gRelay)},
 		{"batch", "Do batch", through(s.gBatch)}, {"batchsp", "Do batch+savepoints", through(s.gBatchSP)},
-		{"batchboth", "Do batch+both", through(s.gBatchBoth)}} {
+		{"batchatend", "Do batch at-end", through(s.gBatchAtEnd)}} {
 		batch := strings.HasPrefix(v.short, "batch")
 		if (s.cfg.variants == "" && !batch) || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
 			vs = append(vs, v)

@@ -17,12 +17,14 @@
 //     service.
 //
 // guard.Do runs through Guards on the same Locker and pool: the defaults
-// (do), Options.HandOffAtClaim (handoff), Options.RelayConns (relay) and
-// both (both), which run by default; and, when -hot names them, three that
-// combine callers with Options.MaxBatch -batch (default 16): batch,
-// batchsp (with Options.BatchSavepoints) and batchboth (with
-// HandOffAtClaim and RelayConns). The uncontended mode runs the defaults
-// and both.
+// (do: the lock handed on at the claim, transactions relayed), the lock
+// held until the transaction ends without relaying (atend: Options.HandOff
+// HandOffAtEnd and NoRelay), the hand-off at the claim alone (handoff:
+// NoRelay) and relaying alone (relay: HandOffAtEnd), which run by default;
+// and, when -hot names them, three that combine callers with
+// Options.MaxBatch -batch (default 16): batch, batchsp (with
+// Options.BatchSavepoints) and batchatend (with HandOffAtEnd and NoRelay).
+// The uncontended mode runs the defaults and atend.
 //
 // For hot and mixed, per variant: throughput of the hot and the cold
 // callers and in all, latency p50/p99/max, the most DB connections in use at
@@ -42,10 +44,10 @@
 //	go run ./bench/guardbench [-redis 127.0.0.1:6379] [-mysql 'root@tcp(127.0.0.1:3306)/']
 //	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
 //	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
-//	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,handoff,relay,both]
+//	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,atend,handoff,relay]
 //	    [-maxbatch 0] [-batch 16] [-new-keys] [-cpuprofile file] [-cpuprofile-variant do]
 //
-// -maxbatch sets guard.Options.MaxBatch of the do, handoff, relay and both
+// -maxbatch sets guard.Options.MaxBatch of the do, atend, handoff and relay
 // Guards (0: off); -batch that of the batch variants.
 //
 // Before the runs it creates the fence row of every key (token 0, as

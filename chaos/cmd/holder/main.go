@@ -39,7 +39,7 @@ func run() error {
 		lease     = flag.Duration("lease", time.Second, "lock lease")
 		waiterTO  = flag.Duration("waiter-timeout", time.Second, "waiter timeout")
 		recheck   = flag.Duration("recheck", 300*time.Millisecond, "recheck interval")
-		handOff   = flag.Bool("handoff", false, "hand the lock on at the claim and relay transactions (guard.Options HandOffAtClaim, RelayConns)")
+		atEnd     = flag.Bool("at-end", false, "hold the lock until the transaction ends and relay no transactions (guard.Options HandOffAtEnd, NoRelay); default: the Guard's defaults")
 	)
 	flag.Parse()
 
@@ -58,12 +58,16 @@ func run() error {
 	out := &lineWriter{w: os.Stdout}
 	var curOp string
 	var opMu sync.Mutex
+	handOff := guard.HandOffAuto
+	if *atEnd {
+		handOff = guard.HandOffAtEnd
+	}
 	g := guard.New(locker, db, &guard.Options{
-		MaxAttempts:    2,
-		UnlockTimeout:  2 * time.Second,
-		HandOffAtClaim: *handOff,
-		RelayConns:     *handOff,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxAttempts:   2,
+		UnlockTimeout: 2 * time.Second,
+		HandOff:       handOff,
+		NoRelay:       *atEnd,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks: guard.Hooks{
 			OnAcquired: func(_ string, token uint64, _ time.Duration) {
 				opMu.Lock()
