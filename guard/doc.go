@@ -234,9 +234,10 @@
 //     one. Hooks.OnAcquired and the StepLock of Hooks.OnStep come once per
 //     turn.
 //   - At most two transactions of a key are open at once: one running fn,
-//     one whose claim waits (plus, briefly, the connection of one that
-//     committed and is being released, unless transactions are relayed; see
-//     below). The waiting one holds a database connection, and a holder
+//     one whose claim waits. Briefly, a third connection may be out of the
+//     pool: one that committed and is being released, or, with relaying,
+//     a chained transaction parked (at most 50ms) for the key's next
+//     caller when the one after it took a connection from the pool first. The waiting one holds a database connection, and a holder
 //     stopped inside fn delays it until its transaction ends, or up to
 //     innodb_lock_wait_timeout per attempt, after which the waiting Do
 //     retries like after any lock wait timeout.
