@@ -22,11 +22,11 @@ func TestMain(m *testing.M) {
 			goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).reaper"),
 			// database/sql's connection opener ends shortly after DB.Close.
 			goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-			// toxiproxy (the test proxy, not redfence) starts a stub
-			// goroutine for each connection when a toxic is added; on a
-			// connection that is closing at that moment (a killed one), the
-			// stub's first send has no reader left and blocks for good,
-			// after the proxy was stopped.
+			// toxiproxy (the test proxy, not redfence) restarts each
+			// connection's last stub, piping into the new toxic's, when a
+			// toxic is added; on a connection that closes at that moment
+			// (a killed one), the restarted stub's send can be left without
+			// a reader and block for good, after the proxy was stopped.
 			goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"),
 		); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
