@@ -12,7 +12,8 @@
 //     rejects the write of a holder whose lock expired without its knowing.
 //   - [github.com/redfence/redfence/migrations]: the fence table.
 //   - [github.com/redfence/redfence/guard]: Guard.Do, the whole sequence in
-//     one call: lock, begin, claim, fn, commit, unlock.
+//     one call: lock, begin, claim, pass the lock on (the fence row's lock now
+//     keeps the next holder out), fn, commit.
 //
 // Redis gives fairness and efficiency (waiters wait in Redis, not on
 // database connections); MySQL is the final arbiter of safety.

@@ -118,7 +118,7 @@ func (g *Guard) batched(ctx context.Context, key string, fn func(context.Context
 		// time, as Do without batching, which registers for relaying.
 		if g.relaying() {
 			g.relays.enter(key)
-			defer g.leaveRelay(key)
+			defer g.leaveRelay(ctx, key)
 		}
 		return g.runDB(ctx, key, fn, tr)
 	}
@@ -186,7 +186,7 @@ func (bs *batches) leave(g *Guard, b *batch, m *member) (last bool) {
 		bs.mu.Unlock()
 		b.cancel(nil)
 		if g.relaying() {
-			g.leaveRelay(b.key)
+			g.leaveRelay(b.ctx, b.key)
 		}
 		return false
 	}

@@ -48,7 +48,8 @@ func (g *Guard) runBatch(b *batch) {
 	defer g.batches.finish(g, b)
 	defer b.cancel(nil)
 	if g.relaying() {
-		defer g.leaveRelay(b.key) // entered by batches.join
+		// Entered by batches.join; b.ctx ends once every member has left.
+		defer g.leaveRelay(b.ctx, b.key)
 	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
 	var uerr error

@@ -22,6 +22,7 @@ import (
 
 const (
 	sqlWsrepOn      = "SHOW VARIABLES LIKE 'wsrep_on'"
+	sqlGRSingle     = "SHOW VARIABLES LIKE 'group_replication_single_primary_mode'"
 	sqlPrepareCount = "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'"
 	sqlWithArg      = "SELECT ?"
 )
@@ -32,7 +33,10 @@ type dbCheck struct {
 	done    bool
 	err     error         // the refusal, when done
 	running chan struct{} // closed when the check in progress ends
-	galera  atomic.Bool   // the pool reaches a Galera node (wsrep_on=ON)
+	// multiPrimary: the pool reaches a server whose peers also take writes
+	// (a Galera node, or Group Replication in multi-primary mode), so its
+	// row locks do not keep out a writer on another member.
+	multiPrimary atomic.Bool
 }
 
 // CheckDatabase returns nil when Do can run its transactions on the Guard's
@@ -92,9 +96,10 @@ func (g *Guard) checkDatabase(ctx context.Context) error {
 	}
 }
 
-// probe finds out whether the pool reaches a Galera node and prepares
-// statements on the server. It returns the refusal, if any, and an error
-// when it could not tell.
+// probe finds out whether the pool reaches a server with peers that also
+// take writes (a Galera node, Group Replication in multi-primary mode), and,
+// on a Galera node, whether the driver prepares statements on the server. It
+// returns the refusal, if any, and an error when it could not tell.
 func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 	conn, err := g.db.Conn(ctx)
 	if err != nil {
@@ -102,18 +107,24 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 	}
 	defer conn.Close()
 	on, err := variable(ctx, conn, sqlWsrepOn)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil // no Galera support compiled in (MySQL, other MariaDB builds)
-	}
-	if err != nil || !strings.EqualFold(on, "ON") {
+	galera := err == nil && strings.EqualFold(on, "ON")
+	if err != nil && !errors.Is(err, sql.ErrNoRows) { // no row: no Galera support compiled in
 		return nil, err
 	}
-	// Row locks do not reach the other nodes: HandOffAuto holds the lock
-	// until the transaction ends from now on.
-	g.dbCheck.galera.Store(true)
-	if g.opt.HandOff == HandOffAtClaim {
-		return fmt.Errorf("%w: the database is a Galera node (wsrep_on=ON), whose row locks do not reach the other nodes: "+
-			"Options.HandOff HandOffAtClaim would let holders writing through different nodes run fn at once; use HandOffAuto or HandOffAtEnd", ErrUnsafePool), nil
+	if !galera {
+		// MySQL Group Replication: the variable exists once the plugin is
+		// loaded; OFF means every member takes writes.
+		single, err := variable(ctx, conn, sqlGRSingle)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		return g.multiPrimaryFound(!strings.EqualFold(single, "ON"), "a Group Replication member in multi-primary mode (group_replication_single_primary_mode=OFF)"), nil
+	}
+	if refusal := g.multiPrimaryFound(true, "a Galera node (wsrep_on=ON)"); refusal != nil {
+		return refusal, nil
 	}
 	before, err := counter(ctx, conn)
 	if err != nil {
@@ -132,6 +143,22 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 			"set interpolateParams=true in the DSN of the pool Do runs on", ErrUnsafePool), nil
 	}
 	return nil, nil
+}
+
+// multiPrimaryFound records what the probe found; when multi, the pool
+// reaches what, a server whose row locks do not reach the other members
+// that take writes. HandOffAuto then holds the lock until the transaction
+// ends; HandOffAtClaim is refused.
+func (g *Guard) multiPrimaryFound(multi bool, what string) (refusal error) {
+	if !multi {
+		return nil
+	}
+	g.dbCheck.multiPrimary.Store(true)
+	if g.opt.HandOff == HandOffAtClaim {
+		return fmt.Errorf("%w: the database is %s, whose row locks do not reach the other members: "+
+			"Options.HandOff HandOffAtClaim would let holders writing through different members run fn at once; use HandOffAuto or HandOffAtEnd", ErrUnsafePool, what)
+	}
+	return nil
 }
 
 // variable returns the value column of a SHOW … LIKE statement's one row.

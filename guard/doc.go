@@ -111,10 +111,14 @@
 //
 // Two hazards of nesting on different keys:
 //   - The nested transaction needs a connection of its own while the
-//     enclosing one holds its connection. With sql.DB.SetMaxOpenConns set to
-//     the nesting depth or less, Do refuses with [ErrNestedPool]; under
-//     concurrency a small pool can still run dry, so size it for the callers
-//     times the nesting depth.
+//     enclosing one holds its connection, and, with the lock handed on at
+//     the claim (the default), the enclosing key's next holder holds one
+//     too, its claim waiting for the enclosing transaction. With
+//     sql.DB.SetMaxOpenConns too small for the calls of one chain (twice
+//     the nesting depth by default, the nesting depth with [HandOffAtEnd]),
+//     Do refuses with [ErrNestedPool]; under concurrency a small pool can
+//     still run dry and stall nested calls up to innodb_lock_wait_timeout,
+//     so size it for twice the callers times the nesting depth.
 //   - The nested transaction must not touch rows the enclosing one wrote: it
 //     runs on another connection, waits for the enclosing transaction's row
 //     locks, and the enclosing transaction waits for it. InnoDB cannot see
@@ -157,8 +161,10 @@
 // other processes.
 //
 // What stays the same: Do returns nil exactly when the caller's own work
-// committed, fn's ctx ends when the caller's ctx ends or the lock is lost,
-// and fn never runs concurrently with another fn of the key.
+// committed, fn's ctx ends when the caller's ctx ends or the transaction is
+// lost (with [HandOffAtEnd], also when the lock is), and fn never runs
+// concurrently with another fn of the key while both transactions are
+// alive.
 //
 // What it costs and changes:
 //   - An fn that returns an error (or panics) has its work undone and only
@@ -210,7 +216,7 @@
 //
 // Do passes the Redis lock on to the key's next waiter as soon as its claim
 // holds the fence row, before fn runs ([HandOffAuto], the default, on a
-// database that is not a Galera node; [HandOffAtClaim] asks for it
+// database whose peers take no writes; [HandOffAtClaim] asks for it
 // explicitly). The fence row's lock, which the transaction keeps until it
 // ends, then keeps the next holder out: that holder's lock grant, BEGIN and
 // claim run while fn and COMMIT do, its claim returns the moment this
@@ -255,9 +261,19 @@
 //     waiting on the enclosing fence row ([ErrNestedPool] refuses one the
 //     pool cannot serve).
 //
-// Row locks do not reach across the nodes of a Galera cluster: there,
-// HandOffAuto holds the lock until the transaction ends, and HandOffAtClaim
-// is refused ([ErrUnsafePool]). [HandOffAtEnd] does so everywhere: fn's ctx
+// Row locks do not reach across the members of a cluster where several take
+// writes: on a Galera node or a Group Replication member in multi-primary
+// mode (found by the pool check, see [Guard.CheckDatabase]), HandOffAuto
+// holds the lock until the transaction ends, and HandOffAtClaim is refused
+// ([ErrUnsafePool]); on any other such setup, set HandOffAtEnd.
+//
+// The next holder's claim waits for the row at most innodb_lock_wait_timeout
+// (50 s by default) per attempt: an fn that runs longer makes the key's
+// waiting callers retry and fail after Options.MaxAttempts. Keep
+// transactions short, or use HandOffAtEnd for long ones, whose waiters wait
+// in the Redis queue as long as their ctx allows.
+//
+// [HandOffAtEnd] holds the lock until the transaction ends everywhere: fn's ctx
 // then also ends when the lease is lost ([ErrLockLost]), a retry keeps its
 // turn and token, and only the holder of a key holds a connection; but the
 // unlock, the next holder's grant, BEGIN and claim join the serial path,

@@ -65,8 +65,10 @@ var (
 
 	// ErrNestedPool is returned by Do called inside fn on another key when
 	// the database pool cannot give the nested transaction a connection of
-	// its own: the enclosing calls hold every connection
-	// sql.DB.SetMaxOpenConns allows, so the nested call would wait forever.
+	// its own: the enclosing calls, and with the lock handed on at the claim
+	// their keys' next holders waiting on their fence rows, hold every
+	// connection sql.DB.SetMaxOpenConns allows, so the nested call would
+	// wait forever.
 	ErrNestedPool = errors.New("guard: nested call on another key needs a connection the enclosing calls hold")
 
 	// ErrUnsafePool is returned by Do, before anything is locked or written,
@@ -75,8 +77,11 @@ var (
 	// statements on the server (go-sql-driver/mysql's default). A
 	// brute-force abort that lands on such a PREPARE is not reported, and
 	// the statements after it would commit one by one, unfenced. Set
-	// interpolateParams=true in the DSN. The first Do of a Guard checks its
-	// pool once.
+	// interpolateParams=true in the DSN. It is also returned when
+	// Options.HandOff is HandOffAtClaim and the pool reaches a server whose
+	// peers also take writes (a Galera node, Group Replication in
+	// multi-primary mode), whose row locks cannot keep the next holder out.
+	// The first Do of a Guard checks its pool once.
 	ErrUnsafePool = errors.New("guard: the database pool cannot keep fn inside the fenced transaction")
 
 	// ErrFallbackLimit is returned by Do in database mode (Options.Fallback)

@@ -16,7 +16,8 @@ import (
 	"github.com/redfence/redfence/redislock"
 )
 
-// Guard runs critical sections: lock, fenced transaction, commit, unlock. It
+// Guard runs critical sections: lock, fenced transaction (the lock passed on
+// once the claim holds the fence row), commit. It
 // is safe for concurrent use; create one per application and share it.
 type Guard struct {
 	locker *redislock.Locker
@@ -119,11 +120,11 @@ func (g *Guard) resource(key string) string { return g.FenceResource(key) }
 // fn may run more than once: when a statement of the transaction fails with
 // a deadlock, a lock wait timeout or a lost connection (and fn returns that
 // error or nil), or the connection is lost before COMMIT, Do rolls back and
-// retries the whole transaction under the same lock and token, claiming the
-// fence row again, with jittered exponential backoff, up to
-// Options.MaxAttempts attempts while ctx lasts (an attempt that failed
-// after the lock was handed on at the claim retries under a new turn of the
-// lock and a new token). Errors of fn's own making are
+// retries the whole transaction, claiming the fence row again, with
+// jittered exponential backoff, up to Options.MaxAttempts attempts while ctx
+// lasts: under a new turn of the lock and a new token when the lock was
+// handed on at the claim (the default), under the same lock and token when
+// the attempt failed before that or with HandOffAtEnd. Errors of fn's own making are
 // returned as they are, never retried.
 //
 // fn must not end the transaction: see [Tx] and [ErrImplicitCommit].
@@ -178,7 +179,7 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	} else {
 		if g.relaying() {
 			g.relays.enter(key)
-			defer g.leaveRelay(key)
+			defer g.leaveRelay(ctx, key)
 		}
 		err = g.run(ctx, key, fn, tr)
 	}
@@ -569,7 +570,7 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 			return false, err
 		}
 		if lg.unbind() {
-			g.passOn(key, lg, true)
+			g.passOn(ctx, key, lg, true)
 		} else {
 			lg.cancel() // ctx ended: database/sql rolls the new transaction back
 			g.unreserve(key)

@@ -131,16 +131,16 @@ func testQueuedCallersHoldNoConnection(t *testing.T, handOff guard.HandOff) {
 	}
 }
 
+// Concurrent callers of one key lose no update, and each transaction, in the
+// order the database ran them, carries a larger token than the one before:
+// each writes its token to a log whose AUTO_INCREMENT id, taken after the
+// claim, follows the order in which the callers held the fence row. (The
+// order of the Dos' returns, or of Hooks.OnCommitted, need not follow it:
+// the next holder's claim goes through as soon as the COMMIT is applied,
+// before its reply reaches the committer.)
 func TestConcurrentCallersLoseNoUpdateAndTokensGrow(t *testing.T) {
-	var mu sync.Mutex
-	var tokens []uint64
-	e := newEnv(t, envConfig{guard: &guard.Options{Hooks: guard.Hooks{
-		OnCommitted: func(key string, token uint64, elapsed time.Duration) {
-			mu.Lock()
-			tokens = append(tokens, token)
-			mu.Unlock()
-		},
-	}}})
+	e := newEnv(t, envConfig{})
+	testenv.MustExec(t, e.db, "CREATE TABLE token_log (id INT AUTO_INCREMENT PRIMARY KEY, token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB")
 	const workers, each = 8, 10
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -149,6 +149,9 @@ func TestConcurrentCallersLoseNoUpdateAndTokensGrow(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				if err := e.g.Do(context.Background(), "hot", func(ctx context.Context, tx *guard.Tx) error {
+					if _, err := tx.ExecContext(ctx, "INSERT INTO token_log (token) VALUES (?)", tx.Token()); err != nil {
+						return err
+					}
 					return increment(ctx, tx, 1)
 				}); err != nil {
 					t.Error(err)
@@ -160,6 +163,11 @@ func TestConcurrentCallersLoseNoUpdateAndTokensGrow(t *testing.T) {
 	wg.Wait()
 	if n := e.counter(1); n != workers*each {
 		t.Fatalf("counter = %d, want %d: updates were lost", n, workers*each)
+	}
+	var tokens []uint64
+	must(t, e.db.Select(&tokens, "SELECT token FROM token_log ORDER BY id"))
+	if len(tokens) != workers*each {
+		t.Fatalf("%d transactions logged, want %d", len(tokens), workers*each)
 	}
 	for i := 1; i < len(tokens); i++ {
 		if tokens[i] <= tokens[i-1] {
@@ -424,4 +432,41 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// With the defaults the lock is handed on once the claim holds the fence
+// row; until then its loss still ends the attempt. Here the claim waits for
+// a fence row another transaction holds, the lock is lost meanwhile, and Do
+// returns ErrLockLost without running fn.
+func TestLockLostBeforeClaimEndsDo(t *testing.T) {
+	e := newEnv(t, envConfig{lock: &redislock.Options{LeaseTTL: 300 * time.Millisecond}})
+	ctx := context.Background()
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
+	other, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	defer func() { _ = other.Rollback() }()
+	var token uint64
+	must(t, other.GetContext(ctx, &token, "SELECT token FROM "+fence.Table+" WHERE resource = ? FOR UPDATE", e.g.FenceResource("k")))
+	var ran atomic.Bool
+	res := make(chan error, 1)
+	go func() {
+		res <- e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			ran.Store(true)
+			return increment(ctx, tx, 1)
+		})
+	}()
+	waitFor(t, "the claim to wait for the fence row", func() bool { return e.running("UPDATE "+fence.Table) == 1 })
+	must(t, e.rdb.Del(ctx, e.names("k").Lock).Err())
+	select {
+	case err = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do still waiting 10s after its lock was lost before the claim")
+	}
+	if !errors.Is(err, guard.ErrLockLost) || ran.Load() {
+		t.Fatalf("Do = %v (fn ran: %v), want ErrLockLost before fn", err, ran.Load())
+	}
+	must(t, other.Rollback())
+	if n := e.counter(1); n != 1 {
+		t.Fatalf("counter = %d, want 1", n)
+	}
 }

@@ -13,12 +13,16 @@ import (
 type HandOff int
 
 const (
-	// HandOffAuto: HandOffAtClaim, except on a pool that is a Galera node,
-	// whose row locks do not reach the other nodes; there HandOffAtEnd.
+	// HandOffAuto: HandOffAtClaim, except on a pool whose server has peers
+	// that also take writes (a Galera node, Group Replication in
+	// multi-primary mode), whose row locks do not reach the other members;
+	// there HandOffAtEnd. It relies on the pool check ([Guard.CheckDatabase])
+	// recognising such a server: with another multi-writer setup, set
+	// HandOffAtEnd.
 	HandOffAuto HandOff = iota
 	// HandOffAtClaim: as soon as the attempt's claim holds the fence row,
 	// before fn runs; the row's lock keeps the next holder out until the
-	// transaction ends. Refused on a Galera pool ([ErrUnsafePool]).
+	// transaction ends. Refused on a multi-primary pool ([ErrUnsafePool]).
 	HandOffAtClaim
 	// HandOffAtEnd: once the transaction has committed or rolled back.
 	HandOffAtEnd
@@ -38,7 +42,7 @@ func (h HandOff) String() string {
 
 // handsOffAtClaim reports whether Do passes the lock on at the claim:
 // Options.HandOff, with HandOffAuto settled by the pool check (until the
-// check has found a Galera node, at the claim).
+// check has found a multi-primary server, at the claim).
 func (g *Guard) handsOffAtClaim() bool {
 	switch g.opt.HandOff {
 	case HandOffAtClaim:
@@ -46,7 +50,7 @@ func (g *Guard) handsOffAtClaim() bool {
 	case HandOffAtEnd:
 		return false
 	}
-	return !g.dbCheck.galera.Load()
+	return !g.dbCheck.multiPrimary.Load()
 }
 
 // relaying reports whether transactions are relayed between the callers of

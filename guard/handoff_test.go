@@ -134,14 +134,16 @@ func (c *chainCounter) Write(p []byte) (int, error) {
 // commits.
 func TestHandOffPausedHolder(t *testing.T) {
 	for _, batch := range []int{0, 4} {
-		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) { testHandOffPausedHolder(t, batch) })
+		for _, relay := range []bool{false, true} {
+			t.Run(fmt.Sprintf("MaxBatch=%d,relay=%v", batch, relay), func(t *testing.T) { testHandOffPausedHolder(t, batch, relay) })
+		}
 	}
 }
 
-func testHandOffPausedHolder(t *testing.T, maxBatch int) {
+func testHandOffPausedHolder(t *testing.T, maxBatch int, relay bool) {
 	granted := make(chan uint64, 4)
 	var lost atomic.Int64
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true, MaxBatch: maxBatch, Hooks: guard.Hooks{
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: !relay, MaxBatch: maxBatch, Hooks: guard.Hooks{
 		OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token },
 		OnLost:     func(string, uint64) { lost.Add(1) },
 	}}})
@@ -204,13 +206,15 @@ func testHandOffPausedHolder(t *testing.T, maxBatch int) {
 // ended as soon as the transaction was lost.
 func TestHandOffRetryTakesNewTurn(t *testing.T) {
 	for _, batch := range []int{0, 4} {
-		t.Run(fmt.Sprintf("MaxBatch=%d", batch), func(t *testing.T) { testHandOffRetryTakesNewTurn(t, batch) })
+		for _, relay := range []bool{false, true} {
+			t.Run(fmt.Sprintf("MaxBatch=%d,relay=%v", batch, relay), func(t *testing.T) { testHandOffRetryTakesNewTurn(t, batch, relay) })
+		}
 	}
 }
 
-func testHandOffRetryTakesNewTurn(t *testing.T, maxBatch int) {
+func testHandOffRetryTakesNewTurn(t *testing.T, maxBatch int, relay bool) {
 	granted := make(chan uint64, 8)
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true, MaxBatch: maxBatch, BackoffMin: time.Millisecond,
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: !relay, MaxBatch: maxBatch, BackoffMin: time.Millisecond,
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) { granted <- token }}}})
 	ctx := context.Background()
 	var tokens []uint64

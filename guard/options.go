@@ -189,8 +189,11 @@ type Options struct {
 	// prefix and key) must claim the same fence row in the same database:
 	// the same Namespace and pool; Guards that share a lock but fence in
 	// different databases or namespaces would run fn at once. Row locks do
-	// not reach across Galera nodes, so on a Galera pool Do refuses it
-	// ([ErrUnsafePool]). A Do nested in fn on another key needs two
+	// not reach the other members of a Galera cluster or of Group
+	// Replication in multi-primary mode, so on such a pool Do refuses it
+	// ([ErrUnsafePool]). The next holder's claim waits at most
+	// innodb_lock_wait_timeout per attempt, so an fn that runs longer makes
+	// the key's waiting callers fail after MaxAttempts. A Do nested in fn on another key needs two
 	// connections per enclosing call (its transaction, and the next
 	// holder's claim waiting on its fence row); [ErrNestedPool] refuses one
 	// the pool cannot serve.
@@ -200,9 +203,10 @@ type Options struct {
 	// token, but the unlock, the next holder's grant, BEGIN and claim add
 	// to the serial path, which about doubles it for a hot key.
 	//
-	// HandOffAuto is HandOffAtClaim on a pool that is not a Galera node,
-	// and HandOffAtEnd on one (found by the pool check, see
-	// [Guard.CheckDatabase]).
+	// HandOffAuto is HandOffAtClaim, except on a Galera node or a Group
+	// Replication member in multi-primary mode (found by the pool check,
+	// see [Guard.CheckDatabase]), where it is HandOffAtEnd. With any other
+	// setup where several servers take writes, set HandOffAtEnd.
 	//
 	// See "When the lock is handed on" in the package documentation. With
 	// MaxBatch, a batch hands the lock on at its claim and the key's next

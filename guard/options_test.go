@@ -23,13 +23,13 @@ func TestOptionsDefaults(t *testing.T) {
 	if !g.handsOffAtClaim() || !g.relaying() {
 		t.Fatalf("defaults: hand-off at the claim %v, relaying %v; want both", g.handsOffAtClaim(), g.relaying())
 	}
-	g.dbCheck.galera.Store(true)
+	g.dbCheck.multiPrimary.Store(true)
 	if g.handsOffAtClaim() {
 		t.Fatal("HandOffAuto on a Galera pool hands the lock on at the claim")
 	}
 	for h, want := range map[HandOff]bool{HandOffAtClaim: true, HandOffAtEnd: false} {
 		g := &Guard{opt: Options{HandOff: h}}
-		g.dbCheck.galera.Store(!want)
+		g.dbCheck.multiPrimary.Store(!want)
 		if g.handsOffAtClaim() != want {
 			t.Fatalf("%v: hand-off at the claim %v, want %v", h, !want, want)
 		}

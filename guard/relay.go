@@ -41,6 +41,11 @@ type relay struct {
 	// discards counts expire's calls giving a spare back; the last Do of
 	// the key waits for them.
 	discards sync.WaitGroup
+	// returning holds the legs being given back (see giveBack); once
+	// abandoned, because the key's last Do here stopped waiting for them
+	// when its ctx ended, their ROLLBACK is cut short at once.
+	returning map[*leg]struct{}
+	abandoned bool
 }
 
 // waiter is a caller of takeLeg waiting for a passed-on transaction. One
@@ -123,7 +128,11 @@ func (rs *relays) enter(key string) {
 	r.refs++
 }
 
-func (g *Guard) leaveRelay(key string) {
+// leaveRelay ends what enter began. The key's last Do here gives back a
+// parked leg and waits for the give-backs still running, until ctx (its
+// caller's) ends: then it cuts them short, closing their connections, so
+// that Do returns by the time its ctx ends.
+func (g *Guard) leaveRelay(ctx context.Context, key string) {
 	rs := &g.relays
 	rs.mu.Lock()
 	r := rs.keys[key]
@@ -136,20 +145,59 @@ func (g *Guard) leaveRelay(key string) {
 	}
 	rs.mu.Unlock()
 	if spare != nil {
-		g.giveBack(spare)
+		g.giveBack(ctx, r, spare)
 	}
-	if last {
+	if !last {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
 		r.discards.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
 	}
+	rs.mu.Lock()
+	r.abandoned = true
+	for l := range r.returning {
+		l.cancel()
+	}
+	rs.mu.Unlock()
+	<-done
 }
 
 // giveBack rolls back the transaction of a leg nobody took, which has run
 // no statement since its COMMIT AND CHAIN, and so returns its connection to
-// the pool. The ROLLBACK is bounded by Options.UnlockTimeout.
-func (g *Guard) giveBack(l *leg) {
-	ctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
+// the pool. The ROLLBACK is bounded by Options.UnlockTimeout and by ctx
+// (the ctx of the Do that gives it back; one that ends closes the
+// connection instead), and, for r's give-backs, cut short once the key's
+// last Do stopped waiting for them (see leaveRelay).
+func (g *Guard) giveBack(ctx context.Context, r *relay, l *leg) {
+	stop := context.AfterFunc(ctx, l.cancel)
+	defer stop()
+	if r != nil {
+		rs := &g.relays
+		rs.mu.Lock()
+		if r.abandoned {
+			l.cancel()
+		}
+		if r.returning == nil {
+			r.returning = make(map[*leg]struct{})
+		}
+		r.returning[l] = struct{}{}
+		rs.mu.Unlock()
+		defer func() {
+			rs.mu.Lock()
+			delete(r.returning, l)
+			rs.mu.Unlock()
+		}()
+	}
+	rctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
 	defer cancel()
-	_, _ = l.tx.ExecContext(ctx, "ROLLBACK")
+	_, _ = l.tx.ExecContext(rctx, "ROLLBACK")
 	_ = l.tx.Rollback() // releases the sql.Tx; nothing is sent on a closed connection
 	l.end()
 }
@@ -196,7 +244,7 @@ func (g *Guard) unreserve(key string) {
 
 // dropWaiter removes ch from r's waiters and passes on a leg that reached
 // it meanwhile.
-func (g *Guard) dropWaiter(key string, r *relay, ch chan *leg) {
+func (g *Guard) dropWaiter(ctx context.Context, key string, r *relay, ch chan *leg) {
 	rs := &g.relays
 	rs.mu.Lock()
 	for i, w := range r.waiting {
@@ -209,7 +257,7 @@ func (g *Guard) dropWaiter(key string, r *relay, ch chan *leg) {
 	select {
 	case l := <-ch:
 		if l != nil {
-			g.passOn(key, l, false)
+			g.passOn(ctx, key, l, false)
 		}
 	default:
 	}
@@ -250,7 +298,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 			}
 			return g.beginLeg(ctx) // its COMMIT failed
 		case <-ctx.Done():
-			g.dropWaiter(key, r, relayed)
+			g.dropWaiter(ctx, key, r, relayed)
 			return nil, context.Cause(ctx)
 		}
 	}
@@ -282,7 +330,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 		}
 		rs.mu.Unlock()
 		if late && err == nil {
-			g.passOn(key, l, false) // the caller took a relayed one meanwhile
+			g.passOn(context.Background(), key, l, false) // the caller took a relayed one meanwhile
 		}
 	}()
 	var p begun
@@ -300,7 +348,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 		select {
 		case p := <-pool: // begun before the request was abandoned
 			if p.err == nil {
-				g.passOn(key, p.l, false)
+				g.passOn(ctx, key, p.l, false)
 			}
 		default:
 		}
@@ -308,7 +356,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 		return l, nil
 	case p = <-pool:
 		cancel()
-		g.dropWaiter(key, r, relayed)
+		g.dropWaiter(ctx, key, r, relayed)
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -348,7 +396,7 @@ func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
 // one, or is parked for the next caller of key for at most relayPark, or is
 // rolled back, which returns its connection to the pool. reserved says it
 // is the one a reserve call announced.
-func (g *Guard) passOn(key string, l *leg, reserved bool) {
+func (g *Guard) passOn(ctx context.Context, key string, l *leg, reserved bool) {
 	rs := &g.relays
 	rs.mu.Lock()
 	r := rs.keys[key]
@@ -374,7 +422,7 @@ func (g *Guard) passOn(key string, l *leg, reserved bool) {
 			}
 			rs.mu.Unlock()
 			if s != nil {
-				g.giveBack(s)
+				g.giveBack(context.Background(), r, s)
 				r.discards.Done()
 			}
 		})
@@ -382,6 +430,6 @@ func (g *Guard) passOn(key string, l *leg, reserved bool) {
 	}
 	rs.mu.Unlock()
 	if l != nil {
-		g.giveBack(l)
+		g.giveBack(ctx, r, l)
 	}
 }

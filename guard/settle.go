@@ -61,8 +61,9 @@ var errUnsettled = errors.New("a newer token has claimed the key since")
 
 // settle reads the key's fence row on a fresh connection to tell whether the
 // attempt tx committed: the row carries tx's operation id if and only if it
-// did, as long as no newer holder claimed the key since (Do still holds the
-// lock, so only a lost lock allows that).
+// did, as long as no newer holder claimed the key since (with the lock
+// handed on at the claim, the next holder's claim goes through as soon as
+// the server has ended tx; with HandOffAtEnd, only a lost lock allows it).
 //
 // The read runs in a SERIALIZABLE transaction, where InnoDB turns a plain
 // SELECT into a shared-lock read. If the server is still running tx (the
