@@ -22,6 +22,11 @@
 //   - redis-partition (scenario_partition_test.go): one client is cut off
 //     from Redis while it holds the lock (until its transaction ends,
 //     guard.HandOffAtEnd), and while it waits in the queue.
+//   - redis-partition-handoff (scenario_partition_test.go): with the
+//     defaults, one client is cut off from Redis between its grant and its
+//     hand-off at the claim: it must still claim and commit, and the others
+//     get the lock within about a lease, when the unlock it could not send
+//     has expired.
 //   - db-latency (scenario_latency_test.go): one client's database traffic
 //     is slowed, then held back while its lock is lost and another holder
 //     commits; the held statements must not apply when released.

@@ -102,11 +102,18 @@ func runBatched(t *testing.T, e *env, opt guard.Options) {
 	faults.Wait()
 	waitLoad()
 	s := e.finish()
-	var txs int
+	var txs, batches int
 	mustNoErr(t, e.db.GetContext(ctx, &txs, "SELECT COUNT(DISTINCT fence_op) FROM orders WHERE item = ?", e.item), "count transactions")
-	t.Logf("%d orders in %d transactions; %d connections killed; retries %d", s.Orders, txs, kills.Load(), retries.Load())
-	if s.Orders < 2*txs {
-		t.Errorf("%d orders in %d transactions: batches averaged under 2 buys, the scenario did not exercise batching", s.Orders, txs)
+	mustNoErr(t, e.db.GetContext(ctx, &batches,
+		"SELECT COUNT(*) FROM (SELECT fence_op FROM orders WHERE item = ? GROUP BY fence_op HAVING COUNT(*) >= 2) b", e.item), "count batches")
+	t.Logf("%d orders in %d transactions, %d of them of 2 buys or more; %d connections killed; retries %d",
+		s.Orders, txs, batches, kills.Load(), retries.Load())
+	// With the lock handed on at the claim, two batches of a process are
+	// under way at once (one running, one whose claim waits), so batches
+	// are smaller than when the lock is held until COMMIT; a third of the
+	// transactions carrying several buys still exercises batching.
+	if 3*batches < txs {
+		t.Errorf("%d of %d transactions carried 2 buys or more: the scenario did not exercise batching", batches, txs)
 	}
 	if kills.Load() == 0 || retries.Load()+int64(s.Failed+s.Unknown) == 0 {
 		t.Errorf("%d kills, %d retries, %d failed and %d unknown buys: the kills never hit a transaction", kills.Load(), retries.Load(), s.Failed, s.Unknown)

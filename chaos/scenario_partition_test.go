@@ -140,3 +140,61 @@ func TestScenarioRedisPartition(t *testing.T) {
 		t.Error("nothing was bought")
 	}
 }
+
+// Scenario 3b: a partition between one client and Redis right after the
+// client was granted the lock, with the defaults, which hand the lock on at
+// the claim. The claim does not need Redis, so the client claims, runs fn
+// and commits; the unlock that hands the lock on meets the partition and
+// fails, and the lock stays in Redis until its lease ends. The buy must be
+// accepted (the transaction was fenced and committed), and the others must
+// get the lock within about a lease.
+func TestScenarioRedisPartitionAtHandOff(t *testing.T) {
+	e := newEnv(t, "redis-partition-handoff", 400)
+	srv := testenv.RedisServer(t)
+	ctx := ctxT(t, 90*time.Second)
+	px := NewProxy(t, "victim-redis-handoff", srv.Addr)
+	vrdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = vrdb.Close() })
+	lo := fastLocks
+	victim := e.newClient(vrdb, e.db, lo)
+	load := []*client{e.newClient(srv.Client(), e.db, lo), e.newClient(srv.Client(), e.db, lo)}
+
+	lctx, stop := context.WithCancel(ctx)
+	waitLoad := e.load(lctx, 15*time.Millisecond, load...)
+	defer func() { stop(); waitLoad() }()
+
+	for round := 0; round < 3; round++ {
+		time.Sleep(300 * time.Millisecond) // a window of normal buying
+		var heal func() error
+		var cut time.Time
+		cutErr := make(chan error, 1)
+		// OnAcquired runs before the claim: cut the victim off from Redis
+		// between its grant and its hand-off.
+		victim.onAcquired(func(uint64) {
+			victim.onAcquired(nil)
+			var err error
+			heal, err = px.Partition()
+			cut = time.Now()
+			cutErr <- err
+		})
+		op := victim.buy(ctx, 1, 20*time.Second, nil)
+		mustNoErr(t, <-cutErr, "partition")
+		t.Logf("round %d: victim (token %d) returned %s %v after the cut: %s", round, op.Token, op.Outcome, time.Since(cut).Round(time.Millisecond), op.Err)
+		if op.Outcome != Accepted {
+			t.Errorf("round %d: the victim's buy, claimed and committed without Redis, was %s (%s), want accepted", round, op.Outcome, op.Err)
+		}
+		t2, err := e.awaitCommit(ctx, op.Token, lo.lease+3*time.Second)
+		if err != nil {
+			t.Errorf("round %d: queue stalled after the victim's hand-off failed: %v", round, err)
+		} else {
+			t.Logf("round %d: next commit (token %d) %v after the cut", round, t2, time.Since(cut).Round(time.Millisecond))
+		}
+		mustNoErr(t, heal(), "heal")
+	}
+	stop()
+	waitLoad()
+	if sum := e.finish(); sum.Accepted == 0 {
+		t.Error("nothing was bought")
+	}
+}
