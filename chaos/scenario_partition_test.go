@@ -22,16 +22,10 @@ import (
 // Redis, so there is no loss to notice while it holds.
 func TestScenarioRedisPartition(t *testing.T) {
 	e := newEnv(t, "redis-partition", 400)
-	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 90*time.Second)
-	px := NewProxy(t, "victim-redis", srv.Addr)
-	vrdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
-	t.Cleanup(func() { _ = vrdb.Close() })
 	lo := fastLocks
 	lo.atEnd = true
-	victim := e.newClient(vrdb, e.db, lo)
-	load := []*client{e.newClient(srv.Client(), e.db, lo), e.newClient(srv.Client(), e.db, lo)}
+	srv, px, victim, load := partitionSetup(t, e, "victim-redis", lo)
 
 	lctx, stop := context.WithCancel(ctx)
 	waitLoad := e.load(lctx, 15*time.Millisecond, load...)
@@ -150,15 +144,9 @@ func TestScenarioRedisPartition(t *testing.T) {
 // get the lock within about a lease.
 func TestScenarioRedisPartitionAtHandOff(t *testing.T) {
 	e := newEnv(t, "redis-partition-handoff", 400)
-	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 90*time.Second)
-	px := NewProxy(t, "victim-redis-handoff", srv.Addr)
-	vrdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
-	t.Cleanup(func() { _ = vrdb.Close() })
 	lo := fastLocks
-	victim := e.newClient(vrdb, e.db, lo)
-	load := []*client{e.newClient(srv.Client(), e.db, lo), e.newClient(srv.Client(), e.db, lo)}
+	_, px, victim, load := partitionSetup(t, e, "victim-redis-handoff", lo)
 
 	lctx, stop := context.WithCancel(ctx)
 	waitLoad := e.load(lctx, 15*time.Millisecond, load...)
@@ -197,4 +185,19 @@ func TestScenarioRedisPartitionAtHandOff(t *testing.T) {
 	if sum := e.finish(); sum.Accepted == 0 {
 		t.Error("nothing was bought")
 	}
+}
+
+// partitionSetup starts the partition scenarios' Redis server, a proxy in
+// front of it named proxyName, a victim client that reaches Redis through
+// the proxy (with short timeouts, so that a partition shows quickly) and two
+// load clients that reach it directly, all with lock options lo.
+func partitionSetup(t *testing.T, e *env, proxyName string, lo lockOpts) (srv *testenv.Server, px *Proxy, victim *client, load []*client) {
+	srv = testenv.RedisServer(t)
+	px = NewProxy(t, proxyName, srv.Addr)
+	vrdb := redis.NewClient(&redis.Options{Addr: px.Addr, DialTimeout: 300 * time.Millisecond,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 1})
+	t.Cleanup(func() { _ = vrdb.Close() })
+	victim = e.newClient(vrdb, e.db, lo)
+	load = []*client{e.newClient(srv.Client(), e.db, lo), e.newClient(srv.Client(), e.db, lo)}
+	return srv, px, victim, load
 }
