@@ -31,8 +31,8 @@ type batchRun struct {
 	// rerun is set by an attempt that rolled back because a member failed,
 	// to run the others again at once (see turns).
 	rerun bool
-	// ho, when the lock is handed on at the claim (HandOffAtClaim), passes the current turn of the lock
-	// on once the claim holds the fence row.
+	// ho, when the lock is handed on at the claim, passes the current turn
+	// of the lock on once the claim holds the fence row.
 	ho *handOff
 	// claimStart is the start of the attempt's claim step (see
 	// holding.claimStart).
@@ -40,8 +40,8 @@ type batchRun struct {
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
-// when the lock is handed on at the claim, right behind a head that handed the lock
-// on). Its owners are the batch's members: the last one to leave waits for
+// when the lock is handed on at the claim, right behind a head that handed
+// the lock on). Its owners are the batch's members: the last one to leave waits for
 // it.
 func (g *Guard) runBatch(b *batch) {
 	defer close(b.finished)

@@ -121,9 +121,12 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 		case err != nil:
 			return nil, err
 		}
-		return g.multiPrimaryFound(!strings.EqualFold(single, "ON"), "a Group Replication member in multi-primary mode (group_replication_single_primary_mode=OFF)"), nil
+		if strings.EqualFold(single, "ON") {
+			return nil, nil
+		}
+		return g.multiPrimaryFound("a Group Replication member in multi-primary mode (group_replication_single_primary_mode=OFF)"), nil
 	}
-	if refusal := g.multiPrimaryFound(true, "a Galera node (wsrep_on=ON)"); refusal != nil {
+	if refusal := g.multiPrimaryFound("a Galera node (wsrep_on=ON)"); refusal != nil {
 		return refusal, nil
 	}
 	before, err := counter(ctx, conn)
@@ -145,14 +148,11 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 	return nil, nil
 }
 
-// multiPrimaryFound records what the probe found; when multi, the pool
-// reaches what, a server whose row locks do not reach the other members
-// that take writes. HandOffAuto then holds the lock until the transaction
-// ends; HandOffAtClaim is refused.
-func (g *Guard) multiPrimaryFound(multi bool, what string) (refusal error) {
-	if !multi {
-		return nil
-	}
+// multiPrimaryFound records that the pool reaches what, a server whose row
+// locks do not reach the other members that take writes: HandOffAuto holds
+// the lock until the transaction ends from now on, and HandOffAtClaim is
+// refused.
+func (g *Guard) multiPrimaryFound(what string) (refusal error) {
 	g.dbCheck.multiPrimary.Store(true)
 	if g.opt.HandOff == HandOffAtClaim {
 		return fmt.Errorf("%w: the database is %s, whose row locks do not reach the other members: "+

@@ -38,9 +38,12 @@ type relay struct {
 	waiting  []waiter    // callers waiting for a connection, first first
 	spare    *leg        // a connection left for the next caller
 	expire   *time.Timer // gives spare back to the pool
-	// discards counts expire's calls giving a spare back; the last Do of
-	// the key waits for them.
-	discards sync.WaitGroup
+	// pending counts the work that may outlive its caller: expire's calls
+	// giving a spare back, and pool requests of takeLeg. The last Do of the
+	// key waits for it to reach 0, when drained, made by that Do, is
+	// closed.
+	pending int
+	drained chan struct{}
 	// returning holds the legs being given back (see giveBack); once
 	// abandoned, because the key's last Do here stopped waiting for them
 	// when its ctx ended, their ROLLBACK is cut short at once.
@@ -150,11 +153,14 @@ func (g *Guard) leaveRelay(ctx context.Context, key string) {
 	if !last {
 		return
 	}
+	rs.mu.Lock()
+	if r.pending == 0 {
+		rs.mu.Unlock()
+		return
+	}
 	done := make(chan struct{})
-	go func() {
-		r.discards.Wait()
-		close(done)
-	}()
+	r.drained = done
+	rs.mu.Unlock()
 	select {
 	case <-done:
 		return
@@ -167,6 +173,19 @@ func (g *Guard) leaveRelay(ctx context.Context, key string) {
 	}
 	rs.mu.Unlock()
 	<-done
+}
+
+// endPending ends one unit of r.pending, and tells the key's last Do when
+// none is left.
+func (g *Guard) endPending(r *relay) {
+	rs := &g.relays
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	r.pending--
+	if r.pending == 0 && r.drained != nil {
+		close(r.drained)
+		r.drained = nil
+	}
 }
 
 // giveBack rolls back the transaction of a leg nobody took, which has run
@@ -303,7 +322,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 		}
 	}
 	r.waiting = append(r.waiting, waiter{ch: relayed, pooled: true})
-	r.discards.Add(1) // the pool request below, which may outlive this call
+	r.pending++ // the pool request below, which may outlive this call
 	rs.mu.Unlock()
 
 	type begun struct {
@@ -314,7 +333,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	var abandoned bool // guarded by rs.mu
 	go func() {
-		defer r.discards.Done()
+		defer g.endPending(r)
 		l, err := g.beginLeg(pctx)
 		if err == nil && !l.unbind() {
 			// pctx ended as the transaction began: database/sql rolls it back.
@@ -418,12 +437,12 @@ func (g *Guard) passOn(ctx context.Context, key string, l *leg, reserved bool) {
 				s = r.spare
 				r.spare, r.expire = nil, nil
 				// Under mu, so before the key's last Do can wait.
-				r.discards.Add(1)
+				r.pending++
 			}
 			rs.mu.Unlock()
 			if s != nil {
 				g.giveBack(context.Background(), r, s)
-				r.discards.Done()
+				g.endPending(r)
 			}
 		})
 		r.expire = t
