@@ -280,11 +280,18 @@ func TestClaimStepCoversMakingTheRow(t *testing.T) {
 	must(t, err)
 	var n int
 	must(t, blocker.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+fence.Table+" WHERE resource = ? FOR UPDATE", e.g.FenceResource(key)))
-	release := time.AfterFunc(hold, func() { _ = blocker.Rollback() })
+	released := make(chan time.Time, 1)
+	release := time.AfterFunc(hold, func() {
+		released <- time.Now()
+		_ = blocker.Rollback()
+	})
 	defer release.Stop()
 	must(t, e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
-	if len(claims) != 1 || claims[0].Err != nil || claims[0].Duration < hold {
-		t.Fatalf("claim steps %+v, want one of at least %v", claims, hold)
+	at := <-released
+	// The step starts with the first claim, before the blocker lets the
+	// row be made, and ends with the claim that holds it, after.
+	if len(claims) != 1 || claims[0].Err != nil || !claims[0].Start.Before(at) || claims[0].Start.Add(claims[0].Duration).Before(at) {
+		t.Fatalf("claim steps %+v, want one from before the row could be made (%v) to after", claims, at)
 	}
 }
 
