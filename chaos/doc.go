@@ -27,6 +27,12 @@
 //     hand-off at the claim: it must still claim and commit, and the others
 //     get the lock within about a lease, when the unlock it could not send
 //     has expired.
+//   - unlock-reply-lost (scenario_unlockreply_test.go): Redis's replies to
+//     one client, whose Locker serves three buyers, are dropped from the
+//     moment it is granted the lock while its requests still arrive: its
+//     unlock hands the lock on, often to a buyer of its own Locker (whom a
+//     release tells itself rather than over pub/sub), without hearing
+//     back. Once the replies flow again the queue must move on.
 //   - db-latency (scenario_latency_test.go): one client's database traffic
 //     is slowed, then held back while its lock is lost and another holder
 //     commits; the held statements must not apply when released.

@@ -100,6 +100,7 @@ type client struct {
 
 	mu       sync.Mutex
 	acquired func(token uint64)
+	parent   *client // the client whose Guard a sibling shares
 }
 
 func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *client {
@@ -134,6 +135,14 @@ func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *cl
 	return c
 }
 
+// sibling returns another buyer in c's application instance: it shares c's
+// Locker, Guard and pool (and c's onAcquired callback) and is recorded in
+// the history as a client of its own.
+func (c *client) sibling() *client {
+	c.e.clients++
+	return &client{e: c.e, id: c.e.clients, g: c.g, locker: c.locker, db: c.db, parent: c}
+}
+
 // checkPool makes the check of its pool that a Guard's first Do would make,
 // so that the scenarios' first buys start with the lock, as later ones do.
 func (e *env) checkPool(g *guard.Guard) {
@@ -145,6 +154,10 @@ func (e *env) checkPool(g *guard.Guard) {
 
 // onAcquired sets a callback run when this client's next locks are granted.
 func (c *client) onAcquired(f func(token uint64)) {
+	if c.parent != nil {
+		c.parent.onAcquired(f)
+		return
+	}
 	c.mu.Lock()
 	c.acquired = f
 	c.mu.Unlock()

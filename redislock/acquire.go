@@ -103,7 +103,7 @@ func (a *attempt) try(ctx context.Context) (*Lock, error) {
 func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	l := a.l
 	s := l.subscriberFor(a.k)
-	w := s.register(a.id, a.k.ch)
+	w := s.register(a.id, l.waitChannel(a.k))
 	defer s.unregister(w)
 
 	r, sent, err := a.call(ctx, argFirst)
@@ -137,7 +137,10 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 		timer.Reset(d)
 		select {
 		case tok := <-w.grant:
-			return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
+			if tok != 0 {
+				return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
+			}
+			// Told to re-check: a hand-off to us may have gone untold.
 		case <-ctx.Done():
 			return nil, a.giveUp(ctx, ctx.Err())
 		case <-l.closing:

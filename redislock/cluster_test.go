@@ -121,7 +121,7 @@ func TestCluster(t *testing.T) {
 		waitFor(t, 5*time.Second, "waiters queued on "+k, func() bool {
 			return cc.ZCard(ctx, l.keys(k).q).Val() == 3
 		})
-		ch := l.keys(k).ch
+		ch := slow.waitChannel(l.keys(k))
 		owner, err := cc.MasterForKey(ctx, ch)
 		if err != nil {
 			t.Fatal(err)

@@ -33,14 +33,15 @@
 //
 // # Redis layout
 //
-// Every lock uses five keys and one channel sharing a hash slot, all under
-// Options.Prefix: <prefix>:{<key>}:lock, :token, :q, :w, :rel and :ch, or
+// Every lock uses five keys and, for each Locker waiting on it, a channel, all
+// in one hash slot and under Options.Prefix: <prefix>:{<key>}:lock, :token,
+// :q, :w, :rel and :ch:<Locker id>, or
 // <prefix>:#{<hex digest of key>}:... when the key contains '{' or '}';
 // [KeyNamesFor] returns them. When a lock is free and nobody waits only the
 // token key remains, with :rel (the last released acquisitions, which answer
 // retried unlocks) for a lease after the last release; the token key expires
 // after Options.TokenTTL without use. The scripts need Redis 7.0 or later. With a
-// [redis.ClusterClient] the channel is a sharded pub/sub channel
+// [redis.ClusterClient] the channels are sharded pub/sub channels
 // (SPUBLISH/SSUBSCRIBE), and a Locker keeps one subscription connection per
 // hash slot it waits on instead of one in all.
 //

@@ -285,7 +285,7 @@ func TestSubscriptionLossRecovered(t *testing.T) {
 	admin := srv.Client()
 	l := newTestLocker(t, rdb, &Options{Prefix: "rf", WaiterTimeout: 3 * time.Second, RecheckInterval: 300 * time.Millisecond})
 	ctx := testCtx(t)
-	ch := l.keys("drop").ch
+	ch := l.waitChannel(l.keys("drop"))
 	holder := mustLock(t, l, "drop")
 	for round := range 3 {
 		res := lockAsync(l, ctx, "drop")

@@ -172,7 +172,7 @@ func TestHandOffOverOneSharedSubscription(t *testing.T) {
 		waitFor(t, 5*time.Second, "waiters queued on "+k, func() bool { return len(queue(t, admin, l, k)) == perKey })
 	}
 	for _, k := range keys {
-		ch := l.keys(k).ch
+		ch := l.waitChannel(l.keys(k))
 		waitFor(t, 5*time.Second, "subscription to "+ch, func() bool { return admin.PubSubNumSub(ctx, ch).Val()[ch] == 1 })
 	}
 	if got := pubsubConns(t, admin, name); got != 1 {
@@ -226,5 +226,64 @@ func TestLostGrantMessageFoundByRecheck(t *testing.T) {
 		mustUnlock(t, lk)
 	case <-time.After(10 * l.opt.RecheckInterval):
 		t.Fatal("waiter did not find its grant by re-checking")
+	}
+}
+
+// A hand-off is announced on the channel of the Locker whose waiter it names
+// only, so that it wakes one process however many wait on the key.
+func TestHandOffWakesOnlyTheWaitersLocker(t *testing.T) {
+	prefix := testenv.Prefix(t)
+	opt := &Options{Prefix: prefix}
+	admin := testenv.Redis(t)
+	holder := newTestLocker(t, admin, opt)
+	a := newTestLocker(t, testenv.Redis(t), opt)
+	b := newTestLocker(t, testenv.Redis(t), opt)
+	ctx := testCtx(t)
+	k := holder.keys("one-wake")
+	obs := admin.PSubscribe(ctx, k.ch+"*")
+	defer obs.Close()
+	if _, err := obs.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	first := mustLock(t, holder, "one-wake")
+	var wg sync.WaitGroup
+	for i, l := range []*Locker{a, b, a} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lk, err := l.Lock(ctx, "one-wake")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mustUnlock(t, lk)
+		}()
+		waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(queue(t, admin, holder, "one-wake")) == i+1 })
+	}
+	for _, l := range []*Locker{a, b} {
+		ch := l.waitChannel(k)
+		waitFor(t, 5*time.Second, "subscription to "+ch, func() bool { return admin.PubSubNumSub(ctx, ch).Val()[ch] == 1 })
+	}
+	mustUnlock(t, first)
+	wg.Wait()
+	seen := map[*Locker]int{}
+	for range 3 {
+		m, err := obs.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var to *Locker
+		for _, l := range []*Locker{a, b} {
+			if strings.HasPrefix(m.Payload, l.idBase+".") {
+				to = l
+			}
+		}
+		if to == nil || m.Channel != to.waitChannel(k) {
+			t.Fatalf("hand-off %q announced on %q, not on the channel of the Locker it names", m.Payload, m.Channel)
+		}
+		seen[to]++
+	}
+	if seen[a] != 2 || seen[b] != 1 {
+		t.Fatalf("hand-offs announced to a %d and b %d times, want 2 and 1", seen[a], seen[b])
 	}
 }

@@ -107,7 +107,11 @@ type KeyNames struct {
 	Token   string // the last token minted; outlives the lock (Options.TokenTTL)
 	Queue   string // the waiters in FIFO order
 	Waiters string // the waiters' heartbeats
-	Channel string // where hand-offs are announced
+	// Channel starts the names of the channels where hand-offs are
+	// announced: a Locker's waiters listen on Channel + ":" + that Locker's
+	// id (the part of their acquisition ids before the first '.'), so that a
+	// hand-off wakes only the process whose waiter it names.
+	Channel string
 	// Released records recent releases, so that a retried Unlock of one is
 	// answered as applied; it expires a lease after the last release.
 	Released string

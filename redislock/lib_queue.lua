@@ -5,7 +5,9 @@
 --
 -- q     ZSET    waiterID -> FIFO sequence (server µs, strictly increasing); the only source of queue order
 -- w     HASH    waiterID -> "<heartbeat deadline ms>:<hand-off lease ms>:<owner>"
--- ch    channel: "<waiterID> <token>" published on every hand-off
+-- ch    channel prefix: "<waiterID> <token>" is published on every hand-off, on
+--       ch .. ':' .. the waiter's Locker id (the part of waiterID before its first '.'),
+--       so that a hand-off wakes only the process of the waiter it names
 
 -- parse_waiter splits a w entry; nil when the entry is missing or malformed.
 local function parse_waiter(v)
@@ -86,6 +88,6 @@ local function hand_off(lock, token_key, q, w, ch, pubcmd, token_ttl, nowus)
   local tok = grant(lock, token_key, head, owner, lease, token_ttl, nowus)
   if not tok then return nil, true end
   unqueue(q, w, head)
-  redis.call(pubcmd, ch, head .. ' ' .. tok)
+  redis.call(pubcmd, ch .. ':' .. string.match(head, '^[^.]*'), head .. ' ' .. tok)
   return head, false
 end

@@ -102,9 +102,23 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	l.renew.remove(lk)
 	lk.end(stateReleased, ErrNotHeld)
 	var n int64
+	// A hand-off to a waiter of this Locker is not published: the reply
+	// names the waiter, and req tells it, even when the caller has stopped
+	// waiting. When the reply is lost, this Locker's waiters on the key look
+	// for themselves.
 	req := func() error {
-		var err error
-		n, err = scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.lease.ttlArg).Int64()
+		res, err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd,
+			lk.lease.ttlArg, l.idBase).Result()
+		switch v := res.(type) {
+		case int64:
+			n = v
+		case string:
+			n = 1
+			l.tellWaiter(lk.k, v)
+		}
+		if err != nil {
+			l.wakeWaiters(lk.k)
+		}
 		return err
 	}
 	var err error

@@ -26,8 +26,11 @@ type Locker struct {
 	cluster bool
 	pubcmd  string
 	idBase  string
-	seq     atomic.Uint64
-	args    scriptArgs
+	// chSuffix follows a lock's channel prefix in the name of the channel
+	// this Locker's waiters are told of hand-offs on: ":" + idBase.
+	chSuffix string
+	seq      atomic.Uint64
+	args     scriptArgs
 	// defLease is the lease of acquisitions without WithLease.
 	defLease *leaseSpec
 
@@ -65,6 +68,7 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l.idBase = hex.EncodeToString(b[:])
+	l.chSuffix = ":" + l.idBase
 	l.renew = newRenewer(l)
 	l.args = scriptArgs{tokenTTL: l.msArg(l.opt.TokenTTL), waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
 	l.defLease = l.leaseFor(l.opt.LeaseTTL)
@@ -91,7 +95,9 @@ type scriptArgs struct {
 func (l *Locker) msArg(d time.Duration) any { return strconv.FormatInt(l.ms(d), 10) }
 
 // newID returns an id unique across Lockers: it names one acquisition (and
-// its queue entry), and is the default owner.
+// its queue entry), and is the default owner. The scripts take the part
+// before its first '.' (idBase, which has none) as the Locker's id, to
+// announce a hand-off on that Locker's channel only.
 func (l *Locker) newID() string {
 	return l.idBase + "." + strconv.FormatUint(l.seq.Add(1), 36)
 }
@@ -108,6 +114,10 @@ func (l *Locker) enter() bool {
 }
 
 func (l *Locker) keys(key string) lockKeys { return keysFor(l.opt.Prefix, key) }
+
+// waitChannel is the channel this Locker's waiters for k are told of
+// hand-offs on.
+func (l *Locker) waitChannel(k lockKeys) string { return k.ch + l.chSuffix }
 
 func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
 
@@ -316,10 +326,7 @@ type pending struct {
 // subscriberFor returns the subscriber for the slot of k, creating it. The
 // caller must register with it once; until then it stays in service.
 func (l *Locker) subscriberFor(k lockKeys) *subscriber {
-	slot := 0
-	if l.cluster {
-		slot = hashSlot(k.ch)
-	}
+	slot := l.slotOf(k)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.subs[slot]
@@ -334,6 +341,23 @@ func (l *Locker) subscriberFor(k lockKeys) *subscriber {
 	s.pending++
 	s.mu.Unlock()
 	return s
+}
+
+// subscriberOf returns the subscriber serving the waiters on k, or nil.
+func (l *Locker) subscriberOf(k lockKeys) *subscriber {
+	slot := l.slotOf(k)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.subs[slot]
+}
+
+// slotOf is the key of k's subscriber in subs: its hash slot on a cluster,
+// 0 otherwise.
+func (l *Locker) slotOf(k lockKeys) int {
+	if l.cluster {
+		return hashSlot(k.ch)
+	}
+	return 0
 }
 
 // pruneSubs drops the subscribers that serve nobody and never connected

@@ -45,7 +45,9 @@ type chanState struct {
 }
 
 type waiter struct {
-	id, ch     string
+	id, ch string
+	// grant receives the token of a hand-off to this waiter, or 0 when it
+	// should re-check at once.
 	grant      chan uint64
 	subscribed bool // the channel was confirmed when the waiter registered
 }
@@ -214,6 +216,34 @@ func (s *subscriber) deliver(payload string) {
 		select {
 		case w.grant <- token:
 		default:
+		}
+	}
+}
+
+// tellWaiter delivers a hand-off, "<waiter id> <token>", to a waiter of this
+// Locker on k, as if it had come over pub/sub.
+func (l *Locker) tellWaiter(k lockKeys, payload string) {
+	if s := l.subscriberOf(k); s != nil {
+		s.deliver(payload)
+	}
+}
+
+// wakeWaiters makes this Locker's waiters on k re-check now: an Unlock whose
+// reply was lost may have handed one of them the lock without telling it.
+func (l *Locker) wakeWaiters(k lockKeys) {
+	s := l.subscriberOf(k)
+	if s == nil {
+		return
+	}
+	ch := l.waitChannel(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.waiters {
+		if w.ch == ch {
+			select {
+			case w.grant <- 0:
+			default:
+			}
 		}
 	}
 }

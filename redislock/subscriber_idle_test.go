@@ -37,7 +37,7 @@ func contend(t *testing.T, l, other *Locker, key string, subscribed func(ch stri
 	t.Helper()
 	holder := mustLock(t, other, key)
 	res := lockAsync(l, testCtx(t), key)
-	ch := l.keys(key).ch
+	ch := l.waitChannel(l.keys(key))
 	waitFor(t, 5*time.Second, "subscription to "+ch, func() bool { return subscribed(ch) })
 	mustUnlock(t, holder)
 	out := <-res
@@ -113,7 +113,7 @@ func TestClusterIdleSubscribersClosed(t *testing.T) {
 	// One wait still going on, in yet another slot.
 	holder := mustLock(t, other, keys[50])
 	res := lockAsync(l, ctx, keys[50])
-	waitFor(t, 5*time.Second, "last waiter subscribed", func() bool { return subscribed(l.keys(keys[50]).ch) })
+	waitFor(t, 5*time.Second, "last waiter subscribed", func() bool { return subscribed(l.waitChannel(l.keys(keys[50]))) })
 	linger := max(l.opt.WaiterTimeout, time.Second)
 	// Only the connection of the slot waited on stays.
 	waitFor(t, 3*linger, "idle pub/sub connections closed", func() bool { return conns() == 1 && subsLen(l) == 1 })

@@ -1,8 +1,11 @@
 -- unlock.lua: KEYS[1..6] lock, token, q, w, ch, rel (layout in lib_lock.lua, lib_token.lua,
 --   lib_queue.lua, lib_release.lua)
 --   ARGV[1] acquisition id, ARGV[2] token TTL ms, ARGV[3] publish command,
---   ARGV[4] ms a release stays known to retries (absent: token TTL)
--- => 1 released (now, or by an earlier call with the same id), 0 not held
+--   ARGV[4] ms a release stays known to retries (absent: token TTL),
+--   ARGV[5] the releasing Locker's id (optional)
+-- => 1 released (now, or by an earlier call with the same id), 0 not held;
+--    "<waiter id> <token>" released and handed to a waiter of the Locker
+--    ARGV[5] names, which the script did not tell: the caller must
 -- Releasing the last acquisition hands the lock to the first live waiter.
 -- The fast paths (the only acquisition, and nobody queued or a live first
 -- waiter) come first and return before the helpers of the other cases are
@@ -37,7 +40,9 @@ if v and string.match(v, '^%d+|([^|]*)|') == id then
     redis.call('SET', lock, tok .. '|' .. head .. '|' .. owner, 'PX', lease)
     redis.call('ZREM', q, head)
     if #heads == 1 then redis.call('DEL', w) else redis.call('HDEL', w, head) end
-    redis.call(ARGV[3], ch, head .. ' ' .. tok)
+    local to = string.match(head, '^[^.]*')
+    if to == ARGV[5] then return head .. ' ' .. tok end
+    redis.call(ARGV[3], ch .. ':' .. to, head .. ' ' .. tok)
     return 1
   end
   -- A dead first waiter or a token near 2^64: the general hand-off.

@@ -1,0 +1,148 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/testenv"
+)
+
+// A hand-off to a waiter of the releasing Locker is told by the release
+// itself, not over pub/sub: the waiter gets the lock at once although it
+// would re-check only much later, and nothing is published for it.
+func TestLocalHandOffNotPublished(t *testing.T) {
+	admin := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	opt := &Options{Prefix: prefix, RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second}
+	hook := &failUnlockReply{}
+	l := newTestLocker(t, hookedClient(t, hook), opt)
+	other := newTestLocker(t, testenv.Redis(t), opt)
+	ctx := testCtx(t)
+	k := l.keys("local")
+	obs := admin.PSubscribe(ctx, k.ch+"*")
+	defer obs.Close()
+	if _, err := obs.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holder := mustLock(t, l, "local")
+	local := lockAsync(l, ctx, "local")
+	waitRechecking(t, hook, 1)
+	remote := lockAsync(other, ctx, "local")
+	waitFor(t, 5*time.Second, "remote waiter queued", func() bool { return len(queue(t, admin, l, "local")) == 2 })
+	ch := other.waitChannel(k)
+	waitFor(t, 5*time.Second, "remote waiter subscribed", func() bool { return admin.PubSubNumSub(ctx, ch).Val()[ch] == 1 })
+
+	start := time.Now()
+	mustUnlock(t, holder)
+	o := <-local
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
+		t.Fatalf("local waiter took %v: it found its grant by re-checking", el)
+	}
+	if o.lk.Token() <= holder.Token() {
+		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())
+	}
+	mustUnlock(t, o.lk) // hands off to the other Locker: published
+	r := <-remote
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	mustUnlock(t, r.lk)
+	// Messages arrive in the order Redis published them: the first is the
+	// one for the other Locker's waiter, so none was sent for the local one.
+	m, err := obs.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Channel != ch || m.Payload != r.lk.id+" "+strconv.FormatUint(r.lk.Token(), 10) {
+		t.Fatalf("first hand-off published: %q on %q, want the remote waiter's on %q", m.Payload, m.Channel, ch)
+	}
+}
+
+// failUnlockReply makes an armed client's unlock requests reach Redis and
+// then fail as if the connection dropped before the reply; it counts the
+// client's acquire requests.
+type failUnlockReply struct {
+	armed    atomic.Bool
+	acquires atomic.Int32
+}
+
+// hookedClient returns a client with hook and the scripts loaded, so that
+// every script request is one EVALSHA.
+func hookedClient(t *testing.T, hook *failUnlockReply) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, s := range []*redis.Script{scriptAcquire, scriptUnlock} {
+		if err := s.Load(context.Background(), rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.AddHook(hook)
+	return rdb
+}
+
+// waitRechecking waits until the waiter queued behind a holder of l has made
+// its first acquire call and the one after its subscription: from then on it
+// re-checks only on its timer.
+func waitRechecking(t *testing.T, hook *failUnlockReply, before int32) {
+	waitFor(t, 5*time.Second, "waiter re-checked after subscribing", func() bool { return hook.acquires.Load() == before+2 })
+}
+
+func (h *failUnlockReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failUnlockReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *failUnlockReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if len(args) > 1 && args[1] == scriptAcquire.Hash() {
+			h.acquires.Add(1)
+		}
+		if len(args) > 1 && args[1] == scriptUnlock.Hash() && h.armed.Load() {
+			err = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// When the reply to a release that handed the lock to a waiter of the same
+// Locker is lost, nobody told the waiter: the Locker's waiters on the key
+// re-check at once instead of at their next re-check.
+func TestLostUnlockReplyWakesLocalWaiters(t *testing.T) {
+	hook := &failUnlockReply{}
+	l := newTestLocker(t, hookedClient(t, hook), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	ctx := testCtx(t)
+	holder := mustLock(t, l, "lost-reply")
+	waiter := lockAsync(l, ctx, "lost-reply")
+	waitRechecking(t, hook, 1)
+
+	hook.armed.Store(true)
+	start := time.Now()
+	var opErr *net.OpError
+	if err := holder.Unlock(ctx); !errors.As(err, &opErr) {
+		t.Fatalf("Unlock with its reply lost: %v, want the transport error", err)
+	}
+	hook.armed.Store(false)
+	o := <-waiter
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
+		t.Fatalf("waiter took %v: it was not woken after the lost reply", el)
+	}
+	if o.lk.Token() <= holder.Token() {
+		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())
+	}
+	mustUnlock(t, o.lk)
+}
