@@ -97,6 +97,7 @@ type result struct {
 	inTx             txCount       // the most connections in a transaction at once
 	redisRT, mysqlRT int64
 	cpu              cpuTimes
+	sched            sched
 	firstErr         error
 }
 
@@ -167,6 +168,7 @@ func (s *setup) runOnce(ctx context.Context, c contention, v variant, d time.Dur
 	)
 	r0, m0 := s.redis.roundTrips(), s.mysql.roundTrips()
 	cpu0 := readCPU(s.servers)
+	sched0 := readSched()
 	start := time.Now()
 	end := start.Add(d)
 	for i := range c.hot + c.cold {
@@ -218,6 +220,7 @@ func (s *setup) runOnce(ctx context.Context, c contention, v variant, d time.Dur
 	close(stop)
 	wg.Wait()
 	cpu := readCPU(s.servers).sub(cpu0)
+	sch := readSched().sub(sched0)
 	r1, m1 := s.redis.roundTrips(), s.mysql.roundTrips()
 
 	hot1, cold1, err := s.counts(ctx)
@@ -243,6 +246,7 @@ func (s *setup) runOnce(ctx context.Context, c contention, v variant, d time.Dur
 	r.redisRT += r1 - r0
 	r.mysqlRT += m1 - m0
 	r.cpu = r.cpu.add(cpu)
+	r.sched = r.sched.add(sch)
 	if r.firstErr == nil {
 		r.firstErr = firstErr
 	}
@@ -281,6 +285,9 @@ func (s *setup) report(c contention, variants []variant, results []result) {
 		fmt.Printf("  %-10s per op: round trips Redis %.2f, MySQL %.2f; CPU µs bench %.0f, mysqld %.0f, redis %.0f (machine idle %.0f%%)\n",
 			"", float64(r.redisRT)/float64(max(r.ops, 1)), float64(r.mysqlRT)/float64(max(r.ops, 1)),
 			r.cpu.self.perOp(r.ops), r.cpu.mysqld.perOp(r.ops), r.cpu.redis.perOp(r.ops), r.cpu.idlePct())
+		fmt.Printf("  %-10s scheduler of this process, per op: %.1f goroutines created, %.1f waits to run; wait p50 %v, p90 %v, p99 %v\n",
+			"", float64(r.sched.created)/float64(max(r.ops, 1)), float64(r.sched.waits())/float64(max(r.ops, 1)),
+			short(r.sched.latency(50)), short(r.sched.latency(90)), short(r.sched.latency(99)))
 		if r.firstErr != nil {
 			fmt.Printf("  %-10s first error: %v\n", "", r.firstErr)
 		}

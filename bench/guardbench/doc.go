@@ -31,7 +31,11 @@
 // once and the most inside a transaction of the hot key's callers and of the
 // cold ones (queued Do callers hold none), Redis and MySQL round trips per
 // operation, and CPU time per operation of this process, the database server
-// and the Redis server, with the share of the machine left idle; then one
+// and the Redis server, with the share of the machine left idle; what the
+// Go scheduler of this process did per operation (goroutines created, waits
+// of a runnable goroutine before it ran, and the p50/p90/p99 of those waits,
+// from runtime/metrics), which is what each hop of an operation costs in a
+// busy process; then one
 // summary line of ratios per guard.Do variant, over SELECT ... FOR UPDATE. The variants
 // alternate, -rounds runs of -d each, after a short unmeasured warm-up.
 //
