@@ -137,10 +137,8 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 		timer.Reset(d)
 		select {
 		case tok := <-w.grant:
-			if tok != 0 {
-				return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
-			}
-			// Told to re-check: a hand-off to us may have gone untold.
+			return a.finish(ctx, tok, lastDenied.Add(a.lease.handoff), true)
+		case <-w.recheck: // a hand-off to us may have gone untold
 		case <-ctx.Done():
 			return nil, a.giveUp(ctx, ctx.Err())
 		case <-l.closing:

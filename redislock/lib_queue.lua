@@ -78,7 +78,7 @@ local function grant(lock, token_key, id, owner, lease, token_ttl, nowus)
 end
 
 -- hand_off gives the free lock to the live head of the queue, if any, and
--- tells it on the lock's channel. It returns the head's id, or nil when
+-- tells it on its Locker's channel. It returns the head's id, or nil when
 -- nobody was granted the lock; then the second result is true when that was
 -- because no token is left. A head not granted for that reason stays queued
 -- and learns it on its next call.

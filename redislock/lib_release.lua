@@ -32,7 +32,8 @@ local function was_released(rel, id)
 end
 
 -- release drops acquisition id; when it was the last one the lock goes to the
--- next live waiter. It returns 1 if released now or before, 0 if not held.
+-- next live waiter. It returns 1 if released now, 2 if released by an
+-- earlier call (a retry whose first call applied), 0 if not held.
 -- window (ms) is how long the release must be remembered for a retry to be
 -- answered 1. v is the lock's value when the caller has read it already
 -- (false: absent), nil otherwise; queued likewise whether q exists.
@@ -40,7 +41,7 @@ local function release(lock, token_key, q, w, ch, rel, pubcmd, id, token_ttl, wi
   if v == nil then v = redis.call('GET', lock) end
   local tok, ids, owner = parse_lock(v)
   if not tok or not has_id(ids, id) then
-    if was_released(rel, id) then return 1 end
+    if was_released(rel, id) then return 2 end
     return 0
   end
   remember(rel, id, window)

@@ -1,8 +1,10 @@
 package redislock
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -22,7 +24,7 @@ func TestLocalHandOffNotPublished(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	opt := &Options{Prefix: prefix, RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second}
 	hook := &failUnlockReply{}
-	l := newTestLocker(t, hookedClient(t, hook), opt)
+	l := newTestLocker(t, hookedClient(t, hook, nil), opt)
 	other := newTestLocker(t, testenv.Redis(t), opt)
 	ctx := testCtx(t)
 	k := l.keys("local")
@@ -77,9 +79,9 @@ type failUnlockReply struct {
 }
 
 // hookedClient returns a client with hook and the scripts loaded, so that
-// every script request is one EVALSHA.
-func hookedClient(t *testing.T, hook *failUnlockReply) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+// every script request is one EVALSHA; dial, when not nil, is its dialer.
+func hookedClient(t *testing.T, hook *failUnlockReply, dial func(context.Context, string, string) (net.Conn, error)) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(), Dialer: dial})
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, s := range []*redis.Script{scriptAcquire, scriptUnlock} {
 		if err := s.Load(context.Background(), rdb).Err(); err != nil {
@@ -121,7 +123,7 @@ func (h *failUnlockReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 // re-check at once instead of at their next re-check.
 func TestLostUnlockReplyWakesLocalWaiters(t *testing.T) {
 	hook := &failUnlockReply{}
-	l := newTestLocker(t, hookedClient(t, hook), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	l := newTestLocker(t, hookedClient(t, hook, nil), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
 	ctx := testCtx(t)
 	holder := mustLock(t, l, "lost-reply")
 	waiter := lockAsync(l, ctx, "lost-reply")
@@ -140,6 +142,81 @@ func TestLostUnlockReplyWakesLocalWaiters(t *testing.T) {
 	}
 	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
 		t.Fatalf("waiter took %v: it was not woken after the lost reply", el)
+	}
+	if o.lk.Token() <= holder.Token() {
+		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())
+	}
+	mustUnlock(t, o.lk)
+}
+
+// replyDropper dials connections that, once armed, let the next unlock
+// request through and then lose its reply: the connection reads it and
+// reports itself closed, as a connection that broke after Redis applied the
+// request. The client then retries the request on a new connection by
+// itself.
+type replyDropper struct {
+	armed   atomic.Bool
+	dropped atomic.Int32
+}
+
+func (d *replyDropper) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: c, d: d}, nil
+}
+
+type dropConn struct {
+	net.Conn
+	d    *replyDropper
+	drop atomic.Bool
+}
+
+func (c *dropConn) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(scriptUnlock.Hash())) && c.d.armed.CompareAndSwap(true, false) {
+		c.drop.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *dropConn) Read(p []byte) (int, error) {
+	if c.drop.CompareAndSwap(true, false) {
+		_, _ = c.Conn.Read(p) // the reply, thrown away
+		_ = c.Conn.Close()
+		c.d.dropped.Add(1)
+		return 0, io.EOF
+	}
+	return c.Conn.Read(p)
+}
+
+// When the client itself retries a release whose reply was lost, the retry
+// is answered "released before", and the Locker's waiters on the key
+// re-check at once: the first call may have handed one of them the lock
+// without anyone telling it.
+func TestClientRetriedUnlockWakesLocalWaiters(t *testing.T) {
+	hook, drop := &failUnlockReply{}, &replyDropper{}
+	l := newTestLocker(t, hookedClient(t, hook, drop.dial), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	ctx := testCtx(t)
+	holder := mustLock(t, l, "retried")
+	waiter := lockAsync(l, ctx, "retried")
+	waitRechecking(t, hook, 1)
+
+	drop.armed.Store(true)
+	start := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock retried by the client: %v, want nil", err)
+	}
+	if n := drop.dropped.Load(); n != 1 {
+		t.Fatalf("%d replies dropped, want 1: the retry was not exercised", n)
+	}
+	o := <-waiter
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
+		t.Fatalf("waiter took %v: it was not woken after the retried release", el)
 	}
 	if o.lk.Token() <= holder.Token() {
 		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())

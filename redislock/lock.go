@@ -104,14 +104,18 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 	var n int64
 	// A hand-off to a waiter of this Locker is not published: the reply
 	// names the waiter, and req tells it, even when the caller has stopped
-	// waiting. When the reply is lost, this Locker's waiters on the key look
-	// for themselves.
+	// waiting. When that reply is lost (an error, or a retry, by the client
+	// or the caller, answered "released before"), this Locker's waiters on
+	// the key look for themselves.
 	req := func() error {
 		res, err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd,
 			lk.lease.ttlArg, l.idBase).Result()
 		switch v := res.(type) {
 		case int64:
-			n = v
+			n = min(v, 1)
+			if v == 2 {
+				l.wakeWaiters(lk.k)
+			}
 		case string:
 			n = 1
 			l.tellWaiter(lk.k, v)

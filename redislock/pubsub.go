@@ -38,6 +38,7 @@ type subscriber struct {
 
 type chanState struct {
 	refs        int
+	waiters     map[string]*waiter // the registered waiters on the channel, by id
 	subscribing bool
 	confirmed   chan struct{} // closed when Redis confirmed the subscription
 	isConfirmed bool
@@ -45,11 +46,10 @@ type chanState struct {
 }
 
 type waiter struct {
-	id, ch string
-	// grant receives the token of a hand-off to this waiter, or 0 when it
-	// should re-check at once.
-	grant      chan uint64
-	subscribed bool // the channel was confirmed when the waiter registered
+	id, ch     string
+	grant      chan uint64   // the token of a hand-off to this waiter
+	recheck    chan struct{} // the waiter should re-check at once
+	subscribed bool          // the channel was confirmed when the waiter registered
 }
 
 func newSubscriber(l *Locker, slot int) *subscriber {
@@ -60,16 +60,17 @@ func newSubscriber(l *Locker, slot int) *subscriber {
 // register makes messages for waiter id on ch reach the returned waiter. The
 // subscriber must come from subscriberFor, once per register.
 func (s *subscriber) register(id, ch string) *waiter {
-	w := &waiter{id: id, ch: ch, grant: make(chan uint64, 1)}
+	w := &waiter{id: id, ch: ch, grant: make(chan uint64, 1), recheck: make(chan struct{}, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pending--
 	cs := s.chans[ch]
 	if cs == nil {
-		cs = &chanState{confirmed: make(chan struct{})}
+		cs = &chanState{confirmed: make(chan struct{}), waiters: map[string]*waiter{}}
 		s.chans[ch] = cs
 	}
 	cs.refs++
+	cs.waiters[id] = w
 	w.subscribed = cs.isConfirmed
 	s.waiters[id] = w
 	return w
@@ -81,6 +82,7 @@ func (s *subscriber) unregister(w *waiter) {
 	delete(s.waiters, w.id)
 	if cs := s.chans[w.ch]; cs != nil {
 		cs.refs--
+		delete(cs.waiters, w.id)
 		switch {
 		case cs.refs > 0:
 		case !cs.isConfirmed && !cs.subscribing:
@@ -235,13 +237,12 @@ func (l *Locker) wakeWaiters(k lockKeys) {
 	if s == nil {
 		return
 	}
-	ch := l.waitChannel(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range s.waiters {
-		if w.ch == ch {
+	if cs := s.chans[l.waitChannel(k)]; cs != nil {
+		for _, w := range cs.waiters {
 			select {
-			case w.grant <- 0:
+			case w.recheck <- struct{}{}:
 			default:
 			}
 		}

@@ -3,8 +3,10 @@
 --   ARGV[1] acquisition id, ARGV[2] token TTL ms, ARGV[3] publish command,
 --   ARGV[4] ms a release stays known to retries (absent: token TTL),
 --   ARGV[5] the releasing Locker's id (optional)
--- => 1 released (now, or by an earlier call with the same id), 0 not held;
---    "<waiter id> <token>" released and handed to a waiter of the Locker
+-- => 1 released now, 2 released by an earlier call with the same id (whose
+--    reply was lost: if it handed the lock to a waiter of the caller's
+--    Locker, that waiter was not told), 0 not held;
+--    "<waiter id> <token>" released now and handed to a waiter of the Locker
 --    ARGV[5] names, which the script did not tell: the caller must
 -- Releasing the last acquisition hands the lock to the first live waiter.
 -- The fast paths (the only acquisition, and nobody queued or a live first

@@ -105,7 +105,7 @@ type redisKeysJSON struct {
 	Token    string `json:"token"`
 	Queue    string `json:"queue"`
 	Waiters  string `json:"waiters"`
-	Channel  string `json:"channel"`
+	Channel  string `json:"channel"` // the start of each waiting Locker's channel, <channel>:<Locker id>
 	Released string `json:"released"`
 }
 
@@ -176,7 +176,7 @@ func writeInspectText(w io.Writer, out inspectJSON, info redislock.LockInfo) {
 		fmt.Fprintf(w, "%-14s%s\n", label, fmt.Sprintf(format, args...))
 	}
 	line("key", "%q", out.Key)
-	line("redis keys", "%s  (:token :q :w :ch :rel beside it; prefix %q)", out.RedisKeys.Lock, out.Prefix)
+	line("redis keys", "%s  (:token :q :w :rel and the channels :ch:* beside it; prefix %q)", out.RedisKeys.Lock, out.Prefix)
 	if h := out.Holder; h == nil {
 		line("holder", "none, the lock is free")
 	} else {
