@@ -7,7 +7,11 @@
 // holders, Redis commands per critical section (counted on the clients with
 // a go-redis hook), CPU per critical section of this process and of
 // redis-server, the server-side time of every command (INFO commandstats),
-// and for redislock the FIFO inversions; then one line of ratios.
+// and for redislock the FIFO inversions; then one line of ratios. redislock
+// runs twice: as a service would call it (every Unlock with a ctx that can
+// end) and as redislock-bg, whose Unlock gets context.Background(), so that
+// its request is sent from the caller's goroutine: the line of ratios also
+// compares the two.
 // bsm/redislock has no queue: its waiters poll with a retry strategy, and
 // -bsm chooses which ones to run.
 //

@@ -75,7 +75,7 @@ func run(c config) error {
 	if c.rounds < 1 || c.clients < 1 || c.d <= 0 {
 		return fmt.Errorf("-rounds, -clients and -d must be positive")
 	}
-	variants := []variant{redfenceVariant()}
+	variants := []variant{redfenceVariant(), redfenceFixedVariant()}
 	for _, spec := range c.bsmSpecs {
 		v, err := bsmVariant(strings.TrimSpace(spec), c.bsmTTL)
 		if err != nil {
@@ -229,7 +229,7 @@ func printHeader() {
 
 func printRow(n int, name string, t *total) {
 	inv := "-"
-	if name == "redislock" {
+	if strings.HasPrefix(name, "redislock") {
 		inv = strconv.Itoa(t.inversions)
 	}
 	fmt.Printf("%5d %-22s %8.0f %9s %9s %9s %9s %9s %9s %8.2f %6s %6.3f %9.1f %9.1f\n", n, name, t.rate(),
@@ -280,7 +280,7 @@ func printSummary(waiters []int, variants []variant, results map[string]map[int]
 	for _, n := range waiters {
 		best, bestName := 0.0, ""
 		for _, v := range variants {
-			if v.name == "redislock" {
+			if strings.HasPrefix(v.name, "redislock") {
 				continue
 			}
 			if r := results[v.name][n].rate(); r > best {
@@ -291,7 +291,17 @@ func printSummary(waiters []int, variants []variant, results map[string]map[int]
 			parts = append(parts, fmt.Sprintf("c=%d %.2fx (%s)", n, own[n].rate()/best, strings.TrimPrefix(bestName, "bsm-")))
 		}
 	}
-	fmt.Println("summary redislock/bsm cs/s, against the faster bsm setting: " + strings.Join(parts, "  "))
+	line := "summary redislock/bsm cs/s, against the faster bsm setting: " + strings.Join(parts, "  ")
+	if bg, ok := results["redislock-bg"]; ok {
+		var bgParts []string
+		for _, n := range waiters {
+			if own[n].rate() > 0 {
+				bgParts = append(bgParts, fmt.Sprintf("c=%d %.2fx", n, bg[n].rate()/own[n].rate()))
+			}
+		}
+		line += "; redislock-bg/redislock: " + strings.Join(bgParts, "  ")
+	}
+	fmt.Println(line)
 }
 
 func short(d time.Duration) string {

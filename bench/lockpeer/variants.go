@@ -36,16 +36,36 @@ func redfenceVariant() variant {
 		name:  "redislock",
 		about: "redislock (this repository), default Options, Lock (queued, woken by pub/sub)",
 		build: func(prefix string, clients []*redis.Client) contender {
-			ls := make([]*redislock.Locker, len(clients))
-			for i, c := range clients {
-				ls[i] = redislock.New(c, &redislock.Options{Prefix: prefix})
-			}
-			return &redfence{ls: ls}
+			return newRedfence(prefix, clients, false)
 		},
 	}
 }
 
-type redfence struct{ ls []*redislock.Locker }
+// redfenceFixedVariant releases with a ctx that cannot end, whose request
+// redislock sends from the calling goroutine rather than from one of its own
+// (what a release ctx that can end costs).
+func redfenceFixedVariant() variant {
+	return variant{
+		name:  "redislock-bg",
+		about: "redislock as above, Unlock with context.Background() (the request sent from the caller's goroutine)",
+		build: func(prefix string, clients []*redis.Client) contender {
+			return newRedfence(prefix, clients, true)
+		},
+	}
+}
+
+func newRedfence(prefix string, clients []*redis.Client, background bool) *redfence {
+	ls := make([]*redislock.Locker, len(clients))
+	for i, c := range clients {
+		ls[i] = redislock.New(c, &redislock.Options{Prefix: prefix})
+	}
+	return &redfence{ls: ls, background: background}
+}
+
+type redfence struct {
+	ls         []*redislock.Locker
+	background bool
+}
 
 func (r *redfence) acquire(ctx context.Context, g int, key string) (func(context.Context) error, uint64, int64, error) {
 	at := &attempt{}
@@ -53,7 +73,11 @@ func (r *redfence) acquire(ctx context.Context, g int, key string) (func(context
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	return lk.Unlock, lk.Token(), at.seq.Load(), nil
+	release := lk.Unlock
+	if r.background {
+		release = func(context.Context) error { return lk.Unlock(context.Background()) }
+	}
+	return release, lk.Token(), at.seq.Load(), nil
 }
 
 func (r *redfence) close() {
