@@ -100,12 +100,11 @@ func TestGrantRacingCancelIsPassedOn(t *testing.T) {
 
 // failFirstAcquire makes the first acquire request of a client reach Redis
 // and then fail as if the connection dropped before the reply.
-type failFirstAcquire struct{ failed atomic.Bool }
-
-func (h *failFirstAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *failFirstAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+type failFirstAcquire struct {
+	passHooks
+	failed atomic.Bool
 }
+
 func (h *failFirstAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)

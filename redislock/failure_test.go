@@ -227,12 +227,11 @@ func TestRedisUnreachableLosesLockAtLeaseEnd(t *testing.T) {
 
 // countRenewals counts the renewal script calls of a client and the locks
 // they carried.
-type countRenewals struct{ calls, locks atomic.Int64 }
-
-func (h *countRenewals) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+type countRenewals struct {
+	passHooks
+	calls, locks atomic.Int64
 }
+
 func (h *countRenewals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if args := cmd.Args(); len(args) > 2 && args[1] == scriptRenew.Hash() {

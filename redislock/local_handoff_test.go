@@ -74,6 +74,7 @@ func TestLocalHandOffNotPublished(t *testing.T) {
 // then fail as if the connection dropped before the reply; it counts the
 // client's acquire requests.
 type failUnlockReply struct {
+	passHooks
 	armed    atomic.Bool
 	acquires atomic.Int32
 }
@@ -99,10 +100,6 @@ func waitRechecking(t *testing.T, hook *failUnlockReply, before int32) {
 	waitFor(t, 5*time.Second, "waiter re-checked after subscribing", func() bool { return hook.acquires.Load() == before+2 })
 }
 
-func (h *failUnlockReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *failUnlockReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *failUnlockReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -136,17 +133,7 @@ func TestLostUnlockReplyWakesLocalWaiters(t *testing.T) {
 		t.Fatalf("Unlock with its reply lost: %v, want the transport error", err)
 	}
 	hook.armed.Store(false)
-	o := <-waiter
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
-		t.Fatalf("waiter took %v: it was not woken after the lost reply", el)
-	}
-	if o.lk.Token() <= holder.Token() {
-		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())
-	}
-	mustUnlock(t, o.lk)
+	expectWoken(t, l, holder, waiter, start, "the lost reply")
 }
 
 // replyDropper dials connections that, once armed, let the next unlock
@@ -211,12 +198,19 @@ func TestClientRetriedUnlockWakesLocalWaiters(t *testing.T) {
 	if n := drop.dropped.Load(); n != 1 {
 		t.Fatalf("%d replies dropped, want 1: the retry was not exercised", n)
 	}
+	expectWoken(t, l, holder, waiter, start, "the retried release")
+}
+
+// expectWoken checks that waiter, queued behind holder on l, got the lock
+// well before its next timed re-check after start, with a larger token.
+func expectWoken(t *testing.T, l *Locker, holder *Lock, waiter <-chan lockOutcome, start time.Time, after string) {
+	t.Helper()
 	o := <-waiter
 	if o.err != nil {
 		t.Fatal(o.err)
 	}
 	if el := time.Since(start); el > l.opt.RecheckInterval/2 {
-		t.Fatalf("waiter took %v: it was not woken after the retried release", el)
+		t.Fatalf("waiter took %v: it was not woken after %s", el, after)
 	}
 	if o.lk.Token() <= holder.Token() {
 		t.Fatalf("token %d not above %d", o.lk.Token(), holder.Token())

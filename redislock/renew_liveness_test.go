@@ -20,6 +20,7 @@ import (
 // connection would be; such calls never reach Redis, whatever their context
 // says. It reports each stalled call and each renewal that got through.
 type stallRenewals struct {
+	passHooks
 	mu      sync.Mutex
 	keys    map[string]bool
 	renewed map[string]chan struct{} // closed at the key's first renewal
@@ -53,10 +54,6 @@ func (h *stallRenewals) renewedCh(key string) <-chan struct{} {
 
 func (h *stallRenewals) releaseAll() { h.once.Do(func() { close(h.release) }) }
 
-func (h *stallRenewals) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *stallRenewals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 func (h *stallRenewals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	renewSrc := luaSource("renew.lua")
 	return func(ctx context.Context, cmd redis.Cmder) error {
