@@ -12,6 +12,10 @@ import (
 const (
 	erLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: only the statement was rolled back
 	erLockDeadlock    = 1213 // ER_LOCK_DEADLOCK: the whole transaction was rolled back
+	// ER_CHECKREAD: a write to a row changed since the transaction's
+	// snapshot (MariaDB's innodb_snapshot_isolation); the whole transaction
+	// was rolled back.
+	erCheckRead = 1020
 	// The server is going away or has killed this connection: the
 	// transaction is gone with it.
 	erServerShutdown = 1053 // ER_SERVER_SHUTDOWN
@@ -25,6 +29,9 @@ const (
 //
 //   - deadlock (1213): InnoDB chose this transaction as the victim and rolled
 //     it back;
+//   - a write conflict under snapshot isolation (1020, "Record has changed
+//     since last read", MariaDB with innodb_snapshot_isolation on): the
+//     transaction was rolled back;
 //   - lock wait timeout (1205): only the statement was rolled back
 //     (innodb_rollback_on_timeout is off by default) and the transaction
 //     still holds its earlier locks, so it must be rolled back before
@@ -47,7 +54,7 @@ func Retryable(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case erLockDeadlock, erLockWaitTimeout:
+		case erLockDeadlock, erLockWaitTimeout, erCheckRead:
 			return true
 		}
 	}

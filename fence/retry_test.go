@@ -29,6 +29,7 @@ func TestRetryableClassification(t *testing.T) {
 		{"deadlock", my(1213), true, false},
 		{"wrapped deadlock", fmt.Errorf("fence: claim: %w", my(1213)), true, false},
 		{"lock wait timeout", my(1205), true, false},
+		{"write conflict under snapshot isolation", my(1020), true, false},
 		{"duplicate key", my(1062), false, false},
 		{"syntax", my(1064), false, false},
 		{"query interrupted", my(1317), false, false},

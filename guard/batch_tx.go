@@ -85,9 +85,7 @@ func (g *Guard) runBatch(b *batch) {
 			break
 		}
 	}
-	if r.released != nil {
-		<-r.released
-	}
+	awaitRelease(r.ctx, r.released)
 	r.deliver(nil, uerr)
 }
 

@@ -44,7 +44,8 @@
 //     (CALL) that ends the transaction is caught right after it returns.
 //     Statements run on the embedded *sqlx.Tx directly are not watched.
 //   - fn may run more than once. When one of tx's statements fails with a
-//     deadlock, a lock wait timeout or a lost connection, the server has
+//     deadlock, a lock wait timeout, a write conflict under snapshot
+//     isolation or a lost connection, the server has
 //     rolled the transaction (or the statement) back: tx refuses further
 //     statements, and when fn returns that error (or nil) Do rolls back and
 //     runs the whole transaction again, up to Options.MaxAttempts times,
@@ -298,9 +299,13 @@
 // so its snapshot, like that of a fresh one, is taken after the claim. A
 // caller that finds none waiting for it takes whichever comes first, a
 // relayed one or the pool's, and one nobody takes within 50ms is rolled
-// back, which returns its connection to the pool. A hot key then keeps
-// about two connections out of the pool while it has callers, and a cold
-// key none. With the lock handed on at the claim, the hot key's throughput
+// back, which returns its connection to the pool. A connection is relayed
+// for at most half a second; then it is committed with a plain COMMIT and
+// goes back to the pool, and the key's next caller queues for one like
+// everybody else, so a busy key never shuts the pool's other users out,
+// even when the pool has no more connections than busy keys. A hot key then
+// keeps about two connections out of the pool while it has callers, and a
+// cold key none. With the lock handed on at the claim, the hot key's throughput
 // beside busy cold keys comes close to that of the hot key alone (see
 // bench/README.md). With Options.MaxBatch, each batch counts as one caller:
 // a committing batch chains its transaction to the key's next batch in this

@@ -324,9 +324,7 @@ func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, 
 	// row's lock ends with it) and the slot is given up: that is the unlock
 	// step of database mode, so that hooks see every acquisition end.
 	ustart := time.Now()
-	if released != nil {
-		<-released
-	}
+	awaitRelease(ctx, released)
 	release()
 	tr.step(StepUnlock, 0, 0, ustart, nil)
 	return err

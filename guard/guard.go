@@ -213,11 +213,7 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 	// A committed transaction's connection is released while the lock is
 	// released (see commit); Do returns after both.
 	var released chan struct{}
-	defer func() {
-		if released != nil {
-			<-released
-		}
-	}()
+	defer func() { awaitRelease(ctx, released) }()
 	for first := 1; ; {
 		start := time.Now()
 		// Lock returns by the time ctx ends even when Redis does not answer,
@@ -561,11 +557,11 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 // reports that lg is taken care of: the caller must not end it.
 func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg, released *chan struct{}) (kept bool, err error) {
 	switch {
-	case lg != nil && g.reserve(key):
+	case lg != nil && g.reserve(key, lg):
 		// Another caller of the key is under way here: commit and begin its
 		// transaction in one round trip, and pass that on.
 		if _, err = stx.ExecContext(ctx, "COMMIT AND CHAIN"); err != nil {
-			_ = stx.Rollback() // the connection is closed: nothing is sent
+			g.rollback(ctx, stx)
 			g.unreserve(key)
 			return false, err
 		}
@@ -592,8 +588,9 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 // the connection and the outcome is settled from the fence row. After a
 // successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
 // finds no transaction; that runs on a goroutine which closes *released, so
-// that Do can unlock meanwhile. After a successful COMMIT, then (when not
-// nil) runs once the sql.Tx is released.
+// that Do can unlock meanwhile, and which Do waits for while its ctx lasts
+// (awaitRelease). After a successful COMMIT, then (when not nil) runs once
+// the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
 	if ctx.Done() == nil {
 		if err := stx.Commit(); err != nil {
@@ -605,7 +602,7 @@ func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{
 		return nil
 	}
 	if _, err := stx.ExecContext(ctx, "COMMIT"); err != nil {
-		_ = stx.Rollback() // the connection is closed: nothing is sent
+		g.rollback(ctx, stx)
 		return err
 	}
 	done := make(chan struct{})
@@ -618,6 +615,21 @@ func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{
 		}
 	}()
 	return nil
+}
+
+// awaitRelease waits until a committed transaction's sql.Tx is released
+// (see commit) or ctx ends. The release's ROLLBACK cannot be bound to ctx,
+// and a connection that goes silent right after its COMMIT would hold it
+// until the driver gives up on the connection: Do does not wait for that
+// past its ctx, and the release ends in the background.
+func awaitRelease(ctx context.Context, released chan struct{}) {
+	if released == nil {
+		return
+	}
+	select {
+	case <-released:
+	case <-ctx.Done():
+	}
 }
 
 // rollback rolls stx back without outliving ctx. When ctx has ended,

@@ -222,7 +222,8 @@ type Options struct {
 	// BEGIN and without queueing for the pool behind the callers of other
 	// keys. A Do with no other caller of its key here uses the pool as
 	// usual; a relayed transaction nobody takes within 50ms is rolled back
-	// and its connection returned. See "Relaying transactions between a
+	// and its connection returned, and a connection relayed for half a
+	// second goes back to the pool, so that other keys get their turn. See "Relaying transactions between a
 	// key's callers" in the package documentation. With MaxBatch, a batch
 	// counts as one caller. With NoRelay, every transaction begins on the
 	// pool and every connection goes back to it.

@@ -14,6 +14,14 @@ import (
 // goes back to the pool.
 const relayPark = 50 * time.Millisecond
 
+// relayMaxHold bounds how long one connection stays out of the pool, passed
+// from caller to caller of a busy key: after that it is committed with a
+// plain COMMIT and goes back, so that callers of other keys and everything
+// else using the pool get their turn even when the pool has no more
+// connections than busy keys. The key's next caller then takes one from the
+// pool like everybody else.
+const relayMaxHold = 500 * time.Millisecond
+
 // relays pass database connections from one caller of a key to the next
 // caller of the same key in this process (unless Options.NoRelay), so that the
 // holder of a hot key does not queue for a pooled connection behind callers
@@ -94,6 +102,7 @@ func (r *relay) reliant() int {
 // are bound to that caller's ctx as usual.
 type leg struct {
 	tx     *sqlx.Tx
+	since  time.Time       // when its connection left the pool
 	ctx    context.Context // the transaction's
 	cancel context.CancelFunc
 	unbind func() bool // detaches ctx from the current caller's ctx
@@ -232,11 +241,15 @@ func (r *relay) takeSpare() *leg {
 	return l
 }
 
-// reserve reports whether a caller of key that is about to commit should
-// chain its transaction and pass it on: another caller of key is under way
-// here and no other passed-on transaction is there or on its way for it.
-// A reservation ends with passOn(key, l, true) or unreserve.
-func (g *Guard) reserve(key string) bool {
+// reserve reports whether a caller of key that is about to commit the
+// transaction of l should chain it and pass it on: another caller of key is
+// under way here, no other passed-on transaction is there or on its way for
+// it, and l's connection has been out of the pool for less than
+// relayMaxHold. A reservation ends with passOn(key, l, true) or unreserve.
+func (g *Guard) reserve(key string, l *leg) bool {
+	if time.Since(l.since) > relayMaxHold {
+		return false
+	}
 	rs := &g.relays
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -401,6 +414,7 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, e
 // beginLeg begins a transaction on the pool, bound to ctx.
 func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
 	l := newLeg(ctx)
+	l.since = time.Now()
 	tx, err := g.db.BeginTxx(l.ctx, g.opt.TxOptions)
 	if err != nil {
 		l.end()
@@ -426,7 +440,7 @@ func (g *Guard) passOn(ctx context.Context, key string, l *leg, reserved bool) {
 	case r != nil && len(r.waiting) > 0:
 		r.next().ch <- l
 		l = nil
-	case r != nil && r.refs > 1 && r.spare == nil:
+	case r != nil && r.refs > 1 && r.spare == nil && time.Since(l.since) <= relayMaxHold:
 		r.spare = l
 		l = nil
 		var t *time.Timer

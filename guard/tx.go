@@ -31,10 +31,17 @@ import (
 //     compound statement) runs inside a savepoint that Do checks afterwards;
 //     if the statement ended the transaction, Do rolls back what is left and
 //     returns [ErrImplicitCommit].
-//   - After a deadlock, a lock wait timeout or a lost connection, the server
-//     has rolled the transaction (or the statement) back; later statements
-//     are refused with that error, and Do retries the whole transaction when
-//     fn returns that error or nil.
+//   - After a deadlock, a lock wait timeout, a write conflict under
+//     snapshot isolation (1020) or a lost connection, the server has rolled
+//     the transaction (or the statement) back; later statements are refused
+//     with that error, and Do retries the whole transaction when fn returns
+//     that error or nil.
+//   - After any other server error, except a few that are known to undo the
+//     statement only (duplicate key, foreign key, NULL, syntax, unknown
+//     table or column), the next statement and COMMIT first read the fence
+//     row (one round trip) to check that the transaction is still open. If
+//     the server rolled it back, that statement is refused and Do returns
+//     an error wrapping [ErrNotCommitted]: nothing of the attempt applied.
 //   - Once fn has returned, its statements are refused with an error
 //     wrapping sql.ErrTxDone, and the statements it prepared are closed
 //     (when relayed, the underlying transaction lives on, chained,
@@ -67,6 +74,12 @@ type Tx struct {
 	// member whose fn runs, as onFail ends the batch's: at once, before the
 	// failing statement returns.
 	memberFail atomic.Pointer[context.CancelCauseFunc]
+
+	// suspect is a server error of one of fn's statements that may have
+	// rolled the whole transaction back (one Tx does not know as ending
+	// only the statement). Before the next statement, and before COMMIT,
+	// Tx checks that the claim still holds the fence row (confirm).
+	suspect atomic.Pointer[error]
 
 	// ended is set when Do is done with the transaction, before it commits
 	// or rolls back: when relayed, the *sqlx.Tx lives on, chained,
@@ -175,8 +188,54 @@ func (t *Tx) observe(err error) error {
 	// that follow must not run in it.
 	if fence.Retryable(err) {
 		t.fail(err, true)
+		return err
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && !statementOnly(me.Number) && t.failure() == nil {
+		t.suspect.Store(&err)
 	}
 	return err
+}
+
+// statementOnly reports whether a server error of number n is known to undo
+// only the statement that got it, never the transaction: fn may go on from
+// it without Tx checking the transaction. The common ones; any other makes
+// Tx check.
+func statementOnly(n uint16) bool {
+	switch n {
+	case 1062, 1586, // ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME
+		1451, 1452, // ER_ROW_IS_REFERENCED_2, ER_NO_REFERENCED_ROW_2
+		1048, 1364, // ER_BAD_NULL_ERROR, ER_NO_DEFAULT_FOR_FIELD
+		1054, 1064, 1146, // ER_BAD_FIELD_ERROR, ER_PARSE_ERROR, ER_NO_SUCH_TABLE
+		erNoSuchSavepoint,
+		3572: // ER_LOCK_NOWAIT
+		return true
+	}
+	return false
+}
+
+// confirm checks, after a server error that may have rolled the whole
+// transaction back (see suspect), that the transaction is still open: that
+// its claim still holds the fence row. Inside the transaction the row shows
+// the claim's operation id; when the server rolled it back, the read runs on
+// its own and shows someone else's. Nothing has run since the error, so
+// nothing ran outside the fence: the attempt fails with ErrNotCommitted.
+func (t *Tx) confirm(ctx context.Context) error {
+	p := t.suspect.Swap(nil)
+	if p == nil {
+		return nil
+	}
+	f, err := fence.Lookup(ctx, t.Tx, t.resource)
+	switch {
+	case err == nil && f.OpID == t.opID:
+		return nil
+	case err != nil && !errors.Is(err, fence.ErrNoFence):
+		t.suspect.CompareAndSwap(nil, p) // not known yet: look again next time
+		return fmt.Errorf("guard: %q: check that the transaction is still open after %w: %w", t.key, *p, err)
+	}
+	ferr := fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
+	t.fail(ferr, false)
+	return ferr
 }
 
 const (
@@ -190,6 +249,9 @@ const (
 func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) {
 	if t.ended.Load() {
 		return false, fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
+	}
+	if err := t.confirm(ctx); err != nil && t.failure() == nil {
+		return false, err
 	}
 	if f := t.failure(); f != nil {
 		return false, fmt.Errorf("guard: %q: transaction no longer usable: %w", t.key, f.err)
@@ -225,6 +287,9 @@ func (t *Tx) arm(ctx context.Context) error {
 // that no statement ended the transaction since it was set. It is called
 // after an opaque Exec and by Do before COMMIT.
 func (t *Tx) verify(ctx context.Context) error {
+	if err := t.confirm(ctx); err != nil {
+		return err
+	}
 	t.check.Lock()
 	defer t.check.Unlock()
 	if !t.check.pending {
