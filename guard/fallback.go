@@ -322,10 +322,19 @@ func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, 
 	_, err = g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, time.Now(), fn, &released, tr)
 	// The key is held until the transaction's connection is back (the fence
 	// row's lock ends with it) and the slot is given up: that is the unlock
-	// step of database mode, so that hooks see every acquisition end.
+	// step of database mode, so that hooks see every acquisition end. When
+	// ctx ends first (the connection went silent after COMMIT), Do returns
+	// and the slot is given up once the connection is back, so that the
+	// slots still bound the connections in use.
 	ustart := time.Now()
-	awaitRelease(ctx, released)
-	release()
+	if awaitRelease(ctx, released) {
+		release()
+	} else {
+		go func() {
+			<-released
+			release()
+		}()
+	}
 	tr.step(StepUnlock, 0, 0, ustart, nil)
 	return err
 }

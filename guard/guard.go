@@ -622,13 +622,16 @@ func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{
 // and a connection that goes silent right after its COMMIT would hold it
 // until the driver gives up on the connection: Do does not wait for that
 // past its ctx, and the release ends in the background.
-func awaitRelease(ctx context.Context, released chan struct{}) {
+// It reports whether the release is done.
+func awaitRelease(ctx context.Context, released chan struct{}) bool {
 	if released == nil {
-		return
+		return true
 	}
 	select {
 	case <-released:
+		return true
 	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -414,13 +414,12 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, e
 // beginLeg begins a transaction on the pool, bound to ctx.
 func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
 	l := newLeg(ctx)
-	l.since = time.Now()
 	tx, err := g.db.BeginTxx(l.ctx, g.opt.TxOptions)
 	if err != nil {
 		l.end()
 		return nil, err
 	}
-	l.tx = tx
+	l.tx, l.since = tx, time.Now()
 	return l, nil
 }
 

@@ -109,3 +109,38 @@ func TestUnknownServerErrorChecksTheTransaction(t *testing.T) {
 		t.Fatalf("counters %d and %d, want 1 and 0: something ran outside the fence", n1, n2)
 	}
 }
+
+// A connection lost after an unknown server error, found by the check of
+// the transaction, is a lost connection like any other: Do runs the
+// transaction again.
+func TestLostConnectionAfterUnknownErrorIsRetried(t *testing.T) {
+	e := newEnv(t, envConfig{guard: &guard.Options{NoRelay: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "lost", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	attempts := 0
+	err := e.g.Do(ctx, "lost", func(ctx context.Context, tx *guard.Tx) error {
+		attempts = tx.Attempt()
+		if tx.Attempt() == 1 {
+			var id int64
+			if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+				return err
+			}
+			_, _ = tx.ExecContext(ctx, "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'from fn', MYSQL_ERRNO = 1644")
+			if _, err := e.db.ExecContext(ctx, "KILL ?", id); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the killed connection gone", func() bool {
+				var n int
+				return e.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", id) == nil && n == 0
+			})
+		}
+		return increment(ctx, tx, 1)
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("Do: %v after %d attempts, want nil after 2 (a lost connection is retried)", err, attempts)
+	}
+	if n := e.counter(1); n != 1 {
+		t.Fatalf("counter %d, want 1", n)
+	}
+}

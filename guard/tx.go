@@ -39,7 +39,7 @@ import (
 //   - After any other server error, except a few that are known to undo the
 //     statement only (duplicate key, foreign key, NULL, syntax, unknown
 //     table or column), the next statement and COMMIT first read the fence
-//     row (one round trip) to check that the transaction is still open. If
+//     row to check that the transaction is still open. If
 //     the server rolled it back, that statement is refused and Do returns
 //     an error wrapping [ErrNotCommitted]: nothing of the attempt applied.
 //   - Once fn has returned, its statements are refused with an error
@@ -230,8 +230,13 @@ func (t *Tx) confirm(ctx context.Context) error {
 	case err == nil && f.OpID == t.opID:
 		return nil
 	case err != nil && !errors.Is(err, fence.ErrNoFence):
-		t.suspect.CompareAndSwap(nil, p) // not known yet: look again next time
-		return fmt.Errorf("guard: %q: check that the transaction is still open after %w: %w", t.key, *p, err)
+		err = fmt.Errorf("guard: %q: check that the transaction is still open after %w: %w", t.key, *p, err)
+		if fence.Retryable(err) {
+			t.fail(err, true) // the connection is gone, and the transaction with it
+		} else {
+			t.suspect.CompareAndSwap(nil, p) // not known yet: look again next time
+		}
+		return err
 	}
 	ferr := fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
 	t.fail(ferr, false)
