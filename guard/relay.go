@@ -115,6 +115,10 @@ func newLeg(ctx context.Context) *leg {
 	return l
 }
 
+// fresh reports whether the leg's connection has been out of the pool for
+// less than relayMaxHold, so that it may be passed on again.
+func (l *leg) fresh() bool { return time.Since(l.since) <= relayMaxHold }
+
 // bind makes the end of ctx end the transaction.
 func (l *leg) bind(ctx context.Context) { l.unbind = context.AfterFunc(ctx, l.cancel) }
 
@@ -247,7 +251,7 @@ func (r *relay) takeSpare() *leg {
 // it, and l's connection has been out of the pool for less than
 // relayMaxHold. A reservation ends with passOn(key, l, true) or unreserve.
 func (g *Guard) reserve(key string, l *leg) bool {
-	if time.Since(l.since) > relayMaxHold {
+	if !l.fresh() {
 		return false
 	}
 	rs := &g.relays
@@ -439,7 +443,7 @@ func (g *Guard) passOn(ctx context.Context, key string, l *leg, reserved bool) {
 	case r != nil && len(r.waiting) > 0:
 		r.next().ch <- l
 		l = nil
-	case r != nil && r.refs > 1 && r.spare == nil && time.Since(l.since) <= relayMaxHold:
+	case r != nil && r.refs > 1 && r.spare == nil && l.fresh():
 		r.spare = l
 		l = nil
 		var t *time.Timer

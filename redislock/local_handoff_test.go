@@ -93,6 +93,19 @@ func hookedClient(t *testing.T, hook *failUnlockReply, dial func(context.Context
 	return rdb
 }
 
+// queuedBehind sets up a Locker on a client with hook (and dial), whose
+// waiters re-check only every 10 s, holding key with one waiter queued
+// behind the holder and past its first re-check: a prompt grant then comes
+// from a message or a wake-up, never from the timer.
+func queuedBehind(t *testing.T, hook *failUnlockReply, dial func(context.Context, string, string) (net.Conn, error), key string) (*Locker, *Lock, <-chan lockOutcome) {
+	t.Helper()
+	l := newTestLocker(t, hookedClient(t, hook, dial), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	holder := mustLock(t, l, key)
+	waiter := lockAsync(l, testCtx(t), key)
+	waitRechecking(t, hook, 1)
+	return l, holder, waiter
+}
+
 // waitRechecking waits until the waiter queued behind a holder of l has made
 // its first acquire call and the one after its subscription: from then on it
 // re-checks only on its timer.
@@ -120,11 +133,8 @@ func (h *failUnlockReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 // re-check at once instead of at their next re-check.
 func TestLostUnlockReplyWakesLocalWaiters(t *testing.T) {
 	hook := &failUnlockReply{}
-	l := newTestLocker(t, hookedClient(t, hook, nil), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	l, holder, waiter := queuedBehind(t, hook, nil, "lost-reply")
 	ctx := testCtx(t)
-	holder := mustLock(t, l, "lost-reply")
-	waiter := lockAsync(l, ctx, "lost-reply")
-	waitRechecking(t, hook, 1)
 
 	hook.armed.Store(true)
 	start := time.Now()
@@ -184,11 +194,8 @@ func (c *dropConn) Read(p []byte) (int, error) {
 // without anyone telling it.
 func TestClientRetriedUnlockWakesLocalWaiters(t *testing.T) {
 	hook, drop := &failUnlockReply{}, &replyDropper{}
-	l := newTestLocker(t, hookedClient(t, hook, drop.dial), &Options{RecheckInterval: 10 * time.Second, WaiterTimeout: 30 * time.Second})
+	l, holder, waiter := queuedBehind(t, hook, drop.dial, "retried")
 	ctx := testCtx(t)
-	holder := mustLock(t, l, "retried")
-	waiter := lockAsync(l, ctx, "retried")
-	waitRechecking(t, hook, 1)
 
 	drop.armed.Store(true)
 	start := time.Now()

@@ -113,14 +113,11 @@ func (lk *Lock) Unlock(ctx context.Context) error {
 		switch v := res.(type) {
 		case int64:
 			n = min(v, 1)
-			if v == 2 {
-				l.wakeWaiters(lk.k)
-			}
 		case string:
 			n = 1
 			l.tellWaiter(lk.k, v)
 		}
-		if err != nil {
+		if err != nil || res == int64(2) {
 			l.wakeWaiters(lk.k)
 		}
 		return err

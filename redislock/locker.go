@@ -26,11 +26,8 @@ type Locker struct {
 	cluster bool
 	pubcmd  string
 	idBase  string
-	// chSuffix follows a lock's channel prefix in the name of the channel
-	// this Locker's waiters are told of hand-offs on: ":" + idBase.
-	chSuffix string
-	seq      atomic.Uint64
-	args     scriptArgs
+	seq     atomic.Uint64
+	args    scriptArgs
 	// defLease is the lease of acquisitions without WithLease.
 	defLease *leaseSpec
 
@@ -68,7 +65,6 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l.idBase = hex.EncodeToString(b[:])
-	l.chSuffix = ":" + l.idBase
 	l.renew = newRenewer(l)
 	l.args = scriptArgs{tokenTTL: l.msArg(l.opt.TokenTTL), waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
 	l.defLease = l.leaseFor(l.opt.LeaseTTL)
@@ -117,7 +113,7 @@ func (l *Locker) keys(key string) lockKeys { return keysFor(l.opt.Prefix, key) }
 
 // waitChannel is the channel this Locker's waiters for k are told of
 // hand-offs on.
-func (l *Locker) waitChannel(k lockKeys) string { return k.ch + l.chSuffix }
+func (l *Locker) waitChannel(k lockKeys) string { return k.ch + ":" + l.idBase }
 
 func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
 
