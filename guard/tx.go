@@ -47,9 +47,20 @@ import (
 //     (when relayed, the underlying transaction lives on, chained,
 //     as the next caller's).
 //
-// The embedded *sqlx.Tx (t.Tx) and statements bound with Stmt run unwatched:
-// keep them to statements that stay inside the transaction, and never use
-// them after fn has returned.
+// Statements fn prepares (Prepare and its forms) or binds (Stmt and its
+// forms) are vetted when prepared, but Tx does not see their executions:
+// one may meet an error that rolled the transaction back, and what runs
+// after it runs outside the transaction, each statement committing on its
+// own. So once fn holds such a statement, every later statement through Tx,
+// and COMMIT, first checks that the claim still holds the fence row (one
+// more round trip each); when it does not, the statement is refused and Do
+// returns an error wrapping [ErrNotCommitted] (statements of those run in
+// the meantime may have applied). Prefer Tx's own methods, and return the
+// errors of prepared statements from fn.
+//
+// The embedded *sqlx.Tx (t.Tx) runs unwatched and unchecked: keep it to
+// statements that stay inside the transaction, and never use it after fn
+// has returned.
 type Tx struct {
 	*sqlx.Tx
 
@@ -80,6 +91,13 @@ type Tx struct {
 	// only the statement). Before the next statement, and before COMMIT,
 	// Tx checks that the claim still holds the fence row (confirm).
 	suspect atomic.Pointer[error]
+	// unwatched is set once fn holds a statement whose executions Tx does
+	// not see (prepared, or bound with Stmt): one of them may have met an
+	// error that rolled the transaction back, after which statements run
+	// outside it, each committing on its own. From then on every statement
+	// through Tx, and COMMIT, first checks that the claim still holds the
+	// fence row (confirm).
+	unwatched atomic.Bool
 
 	// ended is set when Do is done with the transaction, before it commits
 	// or rolls back: when relayed, the *sqlx.Tx lives on, chained,
@@ -147,7 +165,9 @@ func (t *Tx) fail(err error, retry bool) {
 }
 
 // keep records a statement prepared on the transaction, for finish to close.
+// Its executions run unwatched.
 func (t *Tx) keep(st io.Closer) {
+	t.unwatched.Store(true)
 	t.prepared.Lock()
 	defer t.prepared.Unlock()
 	if t.ended.Load() {
@@ -220,10 +240,18 @@ func statementOnly(n uint16) bool {
 // the claim's operation id; when the server rolled it back, the read runs on
 // its own and shows someone else's. Nothing has run since the error, so
 // nothing ran outside the fence: the attempt fails with ErrNotCommitted.
+//
+// Once fn holds a statement that runs unwatched, confirm checks every time:
+// such a statement may have met an error that rolled the transaction back
+// and run on, outside it, after that. Do then returns ErrNotCommitted, whose
+// message says that those statements may have applied.
 func (t *Tx) confirm(ctx context.Context) error {
 	p := t.suspect.Swap(nil)
 	if p == nil {
-		return nil
+		if !t.unwatched.Load() {
+			return nil
+		}
+		p = &errUnwatched
 	}
 	f, err := fence.Lookup(ctx, t.Tx, t.resource)
 	switch {
@@ -242,6 +270,12 @@ func (t *Tx) confirm(ctx context.Context) error {
 	t.fail(ferr, false)
 	return ferr
 }
+
+// errUnwatched is the reason confirm gives when no error was seen: a
+// statement fn prepared (or bound with Stmt) runs where Tx cannot see its
+// errors.
+var errUnwatched = errors.New("an error of a statement prepared in fn or bound with Stmt, which Tx does not see; " +
+	"what such statements ran after it ran outside the transaction and may have applied")
 
 const (
 	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
@@ -553,6 +587,45 @@ func (t *Tx) PrepareNamedContext(ctx context.Context, query string) (*sqlx.Named
 // PrepareNamed is PrepareNamedContext with context.Background.
 func (t *Tx) PrepareNamed(query string) (*sqlx.NamedStmt, error) {
 	return t.PrepareNamedContext(context.Background(), query)
+}
+
+// StmtContext returns stmt bound to the transaction. Its executions run
+// unwatched: from then on Tx checks that the transaction is still open
+// before every statement and before COMMIT (see [Tx]).
+func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	st := t.Tx.StmtContext(ctx, stmt)
+	t.keep(st)
+	return st
+}
+
+// Stmt is StmtContext with context.Background.
+func (t *Tx) Stmt(stmt *sql.Stmt) *sql.Stmt {
+	return t.StmtContext(context.Background(), stmt)
+}
+
+// StmtxContext is StmtContext for a *sql.Stmt or *sqlx.Stmt, returning
+// *sqlx.Stmt.
+func (t *Tx) StmtxContext(ctx context.Context, stmt any) *sqlx.Stmt {
+	st := t.Tx.StmtxContext(ctx, stmt)
+	t.keep(st)
+	return st
+}
+
+// Stmtx is StmtxContext with context.Background.
+func (t *Tx) Stmtx(stmt any) *sqlx.Stmt {
+	return t.StmtxContext(context.Background(), stmt)
+}
+
+// NamedStmtContext is StmtContext for a *sqlx.NamedStmt.
+func (t *Tx) NamedStmtContext(ctx context.Context, stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
+	st := t.Tx.NamedStmtContext(ctx, stmt)
+	t.keep(st)
+	return st
+}
+
+// NamedStmt is NamedStmtContext with context.Background.
+func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
+	return t.NamedStmtContext(context.Background(), stmt)
 }
 
 // Compile-time checks: Tx serves sqlx's helpers (sqlx.GetContext,

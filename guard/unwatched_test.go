@@ -1,0 +1,108 @@
+package guard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/redfence/redfence/guard"
+)
+
+// Tx does not see the errors of statements fn prepared or bound with Stmt.
+// When one of them meets an error that rolled the transaction back (here a
+// write conflict under snapshot isolation, 1020) and fn goes on, Tx's next
+// statement must not run outside the fence, and Do must not report the
+// attempt committed.
+func TestUnwatchedStatementRollbackIsCaught(t *testing.T) {
+	for _, bind := range []string{"prepare", "stmt"} {
+		for _, then := range []string{"statement", "return"} {
+			t.Run(bind+"/"+then, func(t *testing.T) {
+				testUnwatchedStatementRollbackIsCaught(t, bind, then, 0)
+			})
+		}
+	}
+	t.Run("prepare/statement/batch", func(t *testing.T) {
+		testUnwatchedStatementRollbackIsCaught(t, "prepare", "statement", 16)
+	})
+}
+
+func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, maxBatch int) {
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "unwatched", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	dbStmt, err := e.db.PrepareContext(ctx, "UPDATE counters SET n = ? WHERE id = 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbStmt.Close()
+
+	var conflict, next error
+	err = e.g.Do(ctx, "unwatched", func(ctx context.Context, tx *guard.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET SESSION innodb_snapshot_isolation = ON"); err != nil {
+			t.Fatalf("this test needs MariaDB 10.6.18, 10.11.8, 11.x or later (innodb_snapshot_isolation): %v", err)
+		}
+		var st *sql.Stmt
+		if bind == "prepare" {
+			if st, err = tx.PrepareContext(ctx, "UPDATE counters SET n = ? WHERE id = 1"); err != nil {
+				return err
+			}
+		} else {
+			st = tx.StmtContext(ctx, dbStmt)
+		}
+		var n int
+		if err := tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
+			return err
+		}
+		// A writer outside the fence changes the row meanwhile.
+		if _, err := e.db.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 1"); err != nil {
+			return err
+		}
+		_, conflict = st.ExecContext(ctx, n+1) // fn treats it as best effort and goes on
+		if then == "statement" {
+			_, next = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
+		}
+		return nil
+	})
+	var me *mysql.MySQLError
+	if !errors.As(conflict, &me) || me.Number != 1020 {
+		t.Fatalf("the conflicting write returned %v, want error 1020", conflict)
+	}
+	if then == "statement" && !errors.Is(next, guard.ErrNotCommitted) {
+		t.Fatalf("statement after the rollback: %v, want it refused with ErrNotCommitted", next)
+	}
+	if !errors.Is(err, guard.ErrNotCommitted) {
+		t.Fatalf("Do: %v, want ErrNotCommitted: the transaction had been rolled back", err)
+	}
+	if n1, n2 := e.counter(1), e.counter(2); n1 != 10 || n2 != 0 {
+		t.Fatalf("counters %d and %d, want 10 and 0: a write ran outside the fence", n1, n2)
+	}
+}
+
+// A prepared statement that runs cleanly costs a check of the transaction
+// before the next statement and COMMIT, and nothing else: Do commits.
+func TestUnwatchedStatementsCommit(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		err := e.g.Do(ctx, "unwatched-ok", func(ctx context.Context, tx *guard.Tx) error {
+			st, err := tx.PreparexContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = ?")
+			if err != nil {
+				return err
+			}
+			if _, err := st.ExecContext(ctx, 1); err != nil {
+				return err
+			}
+			return increment(ctx, tx, 2)
+		})
+		must(t, err)
+	}
+	if n1, n2 := e.counter(1), e.counter(2); n1 != 3 || n2 != 3 {
+		t.Fatalf("counters %d and %d, want 3 and 3", n1, n2)
+	}
+}
