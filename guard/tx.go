@@ -48,7 +48,8 @@ import (
 //     as the next caller's).
 //
 // Statements fn prepares (Prepare and its forms) or binds (Stmt and its
-// forms) are vetted when prepared, but Tx does not see their executions:
+// forms) are vetted when prepared, but Tx does not see their executions,
+// nor the statements of the *sqlx.Tx that Unsafe returns:
 // one may meet an error that rolled the transaction back, and what runs
 // after it runs outside the transaction, each statement committing on its
 // own. So once fn holds such a statement, every later statement through Tx,
@@ -626,6 +627,15 @@ func (t *Tx) NamedStmtContext(ctx context.Context, stmt *sqlx.NamedStmt) *sqlx.N
 // NamedStmt is NamedStmtContext with context.Background.
 func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
 	return t.NamedStmtContext(context.Background(), stmt)
+}
+
+// Unsafe returns the transaction as a *sqlx.Tx that ignores columns
+// missing from destinations. Its statements run unwatched: from then on Tx
+// checks that the transaction is still open before every statement and
+// before COMMIT (see [Tx]).
+func (t *Tx) Unsafe() *sqlx.Tx {
+	t.unwatched.Store(true)
+	return t.Tx.Unsafe()
 }
 
 // Compile-time checks: Tx serves sqlx's helpers (sqlx.GetContext,

@@ -12,13 +12,14 @@ import (
 	"github.com/redfence/redfence/guard"
 )
 
-// Tx does not see the errors of statements fn prepared or bound with Stmt.
+// Tx does not see the errors of statements fn prepared or bound with Stmt,
+// nor those of the *sqlx.Tx Unsafe returns.
 // When one of them meets an error that rolled the transaction back (here a
 // write conflict under snapshot isolation, 1020) and fn goes on, Tx's next
 // statement must not run outside the fence, and Do must not report the
 // attempt committed.
 func TestUnwatchedStatementRollbackIsCaught(t *testing.T) {
-	for _, bind := range []string{"prepare", "stmt"} {
+	for _, bind := range []string{"prepare", "stmt", "unsafe"} {
 		for _, then := range []string{"statement", "return"} {
 			t.Run(bind+"/"+then, func(t *testing.T) {
 				testUnwatchedStatementRollbackIsCaught(t, bind, then, 0)
@@ -46,13 +47,22 @@ func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, max
 		if _, err := tx.ExecContext(ctx, "SET SESSION innodb_snapshot_isolation = ON"); err != nil {
 			t.Fatalf("this test needs MariaDB 10.6.18, 10.11.8, 11.x or later (innodb_snapshot_isolation): %v", err)
 		}
-		var st *sql.Stmt
-		if bind == "prepare" {
-			if st, err = tx.PrepareContext(ctx, "UPDATE counters SET n = ? WHERE id = 1"); err != nil {
+		var exec func(ctx context.Context, n int) (sql.Result, error)
+		switch bind {
+		case "prepare":
+			st, err := tx.PrepareContext(ctx, "UPDATE counters SET n = ? WHERE id = 1")
+			if err != nil {
 				return err
 			}
-		} else {
-			st = tx.StmtContext(ctx, dbStmt)
+			exec = func(ctx context.Context, n int) (sql.Result, error) { return st.ExecContext(ctx, n) }
+		case "stmt":
+			st := tx.StmtContext(ctx, dbStmt)
+			exec = func(ctx context.Context, n int) (sql.Result, error) { return st.ExecContext(ctx, n) }
+		default:
+			utx := tx.Unsafe()
+			exec = func(ctx context.Context, n int) (sql.Result, error) {
+				return utx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = 1", n)
+			}
 		}
 		var n int
 		if err := tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
@@ -62,7 +72,7 @@ func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, max
 		if _, err := e.db.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 1"); err != nil {
 			return err
 		}
-		_, conflict = st.ExecContext(ctx, n+1) // fn treats it as best effort and goes on
+		_, conflict = exec(ctx, n+1) // fn treats it as best effort and goes on
 		if then == "statement" {
 			_, next = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
 		}
