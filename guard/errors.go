@@ -47,7 +47,10 @@ var (
 	// ErrOutcomeUnknown is returned when the connection died during COMMIT
 	// and Do could not find out whether the transaction committed (the
 	// database stayed unreachable, or a newer holder claimed the key before
-	// the check). Check the data before retrying.
+	// the check), and when the server rolled the transaction back on an
+	// error of a statement fn prepared or bound, which [Tx] does not see:
+	// statements of that kind that ran after the rollback may have applied,
+	// outside the fence. Check the data before retrying.
 	ErrOutcomeUnknown = errors.New("guard: commit outcome unknown")
 
 	// ErrTxManaged is returned by [Tx.Commit] and [Tx.Rollback]: Do commits

@@ -47,17 +47,30 @@ import (
 //     (when relayed, the underlying transaction lives on, chained,
 //     as the next caller's).
 //
-// Statements fn prepares (Prepare and its forms) or binds (Stmt and its
-// forms) are vetted when prepared, but Tx does not see their executions,
-// nor the statements of the *sqlx.Tx that Unsafe returns:
-// one may meet an error that rolled the transaction back, and what runs
-// after it runs outside the transaction, each statement committing on its
-// own. So once fn holds such a statement, every later statement through Tx,
-// and COMMIT, first checks that the claim still holds the fence row (one
-// more round trip each); when it does not, the statement is refused and Do
-// returns an error wrapping [ErrNotCommitted] (statements of those run in
-// the meantime may have applied). Prefer Tx's own methods, and return the
-// errors of prepared statements from fn.
+// Tx sees the text of a statement fn prepares (Prepare and its forms) and
+// vets it as above, but not its executions; it sees neither for a
+// statement fn binds (Stmt and its forms) or runs through the *sqlx.Tx that
+// Unsafe returns. Keep those to statements that stay inside the
+// transaction, prefer Tx's own methods, and return their errors from fn (Do
+// returns such an error as it is: it does not run the attempt again). What
+// Tx does instead, once fn holds such a statement:
+//   - Every later statement through Tx, and COMMIT, first reads the fence
+//     row (a round trip, two without interpolateParams) to check that the
+//     server has not rolled the transaction back on an error Tx did not
+//     see. If it has, that statement is refused and Do returns an error
+//     wrapping [ErrOutcomeUnknown]: the fenced transaction did not commit,
+//     but the unseen statements that ran after the rollback ran outside
+//     it, each committing on its own.
+//   - A statement bound or run through Unsafe, or an opaque one prepared,
+//     may also commit the transaction. The check savepoint stays set while
+//     fn holds one (a round trip when it is set, and one more after each
+//     check of an opaque statement), so that Do finds such an end before
+//     COMMIT and returns [ErrImplicitCommit]. Statements through Tx between
+//     that end and COMMIT are not refused: they run outside the fence.
+//
+// With fn's statements on several goroutines, a check made by one of them
+// can pass just before an unseen statement of another ends the
+// transaction; the check before COMMIT still finds it.
 //
 // The embedded *sqlx.Tx (t.Tx) runs unwatched and unchecked: keep it to
 // statements that stay inside the transaction, and never use it after fn
@@ -117,6 +130,12 @@ type Tx struct {
 		armed   bool  // the savepoint exists (as far as Tx knows)
 		pending bool  // Do must verify it before COMMIT
 		after   int64 // value of savepoints when it was set
+		// sticky: fn holds a statement that may end the transaction where
+		// Tx cannot see it (an opaque one it prepared, or one bound with
+		// Stmt or run through Unsafe, whose text Tx never reads), so the
+		// savepoint is set again whenever a check releases or a nested
+		// rollback destroys it.
+		sticky bool
 	}
 }
 
@@ -243,9 +262,9 @@ func statementOnly(n uint16) bool {
 // nothing ran outside the fence: the attempt fails with ErrNotCommitted.
 //
 // Once fn holds a statement that runs unwatched, confirm checks every time:
-// such a statement may have met an error that rolled the transaction back
-// and run on, outside it, after that. Do then returns ErrNotCommitted, whose
-// message says that those statements may have applied.
+// such a statement may have met an error that rolled the transaction back,
+// and such statements may have run on after that, outside it. Do then
+// returns ErrOutcomeUnknown.
 func (t *Tx) confirm(ctx context.Context) error {
 	p := t.suspect.Swap(nil)
 	if p == nil {
@@ -267,7 +286,15 @@ func (t *Tx) confirm(ctx context.Context) error {
 		}
 		return err
 	}
-	ferr := fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
+	var ferr error
+	if t.unwatched.Load() {
+		// Statements Tx does not see may have run after the rollback, each
+		// committing on its own.
+		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back, and statements fn prepared "+
+			"or bound may have run after that, outside it: %w", t.key, ErrOutcomeUnknown, *p)
+	} else {
+		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
+	}
 	t.fail(ferr, false)
 	return ferr
 }
@@ -275,8 +302,7 @@ func (t *Tx) confirm(ctx context.Context) error {
 // errUnwatched is the reason confirm gives when no error was seen: a
 // statement fn prepared (or bound with Stmt) runs where Tx cannot see its
 // errors.
-var errUnwatched = errors.New("an error of a statement prepared in fn or bound with Stmt, which Tx does not see; " +
-	"what such statements ran after it ran outside the transaction and may have applied")
+var errUnwatched = errors.New("an error of a statement prepared in fn, bound with Stmt or run through Unsafe, which Tx does not see")
 
 const (
 	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
@@ -313,20 +339,48 @@ func (t *Tx) arm(ctx context.Context) error {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if !t.check.armed {
-		if _, err := t.Tx.ExecContext(ctx, "SAVEPOINT "+checkSavepoint); err != nil {
+		if err := t.setCheck(ctx); err != nil {
 			return t.observe(fmt.Errorf("guard: %q: savepoint before a statement that may end the transaction: %w", t.key, err))
 		}
-		t.check.armed = true
-		t.check.after = t.savepoints.Load()
 	}
 	t.check.pending = true
 	return nil
 }
 
+// setCheck sets the check savepoint. The caller holds t.check.
+func (t *Tx) setCheck(ctx context.Context) error {
+	if _, err := t.Tx.ExecContext(ctx, "SAVEPOINT "+checkSavepoint); err != nil {
+		return err
+	}
+	t.check.armed, t.check.pending = true, true
+	t.check.after = t.savepoints.Load()
+	return nil
+}
+
+// watchUnseen is told that fn holds a statement that may end the
+// transaction where Tx cannot see it: the check savepoint is set and kept
+// set while fn runs (see check.sticky), so that Do finds such an end before
+// COMMIT. A failure to set it makes the transaction unusable.
+func (t *Tx) watchUnseen(ctx context.Context) {
+	t.unwatched.Store(true)
+	t.check.Lock()
+	t.check.sticky = true
+	t.check.Unlock()
+	if err := t.arm(ctx); err != nil && t.failure() == nil {
+		t.fail(err, false)
+	}
+}
+
 // verify checks that the check savepoint, if set, still exists, that is,
-// that no statement ended the transaction since it was set. It is called
-// after an opaque Exec and by Do before COMMIT.
-func (t *Tx) verify(ctx context.Context) error {
+// that no statement ended the transaction since it was set, and sets it
+// again when it is sticky. It is called after an opaque Exec and after each
+// member of a batch.
+func (t *Tx) verify(ctx context.Context) error { return t.verifyCheck(ctx, true) }
+
+// verifyEnd is verify before COMMIT: the savepoint is not set again.
+func (t *Tx) verifyEnd(ctx context.Context) error { return t.verifyCheck(ctx, false) }
+
+func (t *Tx) verifyCheck(ctx context.Context, again bool) error {
 	if err := t.confirm(ctx); err != nil {
 		return err
 	}
@@ -346,16 +400,34 @@ func (t *Tx) verify(ctx context.Context) error {
 	if err != nil {
 		return t.observe(fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err))
 	}
+	if again && t.check.sticky {
+		if err := t.setCheck(ctx); err != nil {
+			// Without it an end of the transaction would go unseen.
+			err = t.observe(fmt.Errorf("guard: %q: savepoint after a check of the transaction: %w", t.key, err))
+			if t.failure() == nil {
+				t.fail(err, false)
+			}
+			return err
+		}
+	}
 	return nil
 }
 
 // rolledBackTo tells Tx that the nested savepoint number n was rolled back
 // to, which destroys the check savepoint if it was set after it.
-func (t *Tx) rolledBackTo(n int64) {
+func (t *Tx) rolledBackTo(ctx context.Context, n int64) {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if t.check.armed && t.check.after >= n {
 		t.check.armed, t.check.pending = false, false
+		if t.check.sticky {
+			if err := t.setCheck(ctx); err != nil {
+				err = t.observe(fmt.Errorf("guard: %q: savepoint after a nested rollback: %w", t.key, err))
+				if t.failure() == nil {
+					t.fail(err, false)
+				}
+			}
+		}
 	}
 }
 
@@ -538,12 +610,16 @@ func (t *Tx) NamedQuery(query string, arg any) (*sqlx.Rows, error) {
 // would end the transaction is refused here; an opaque one is checked before
 // COMMIT.
 func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
+	}
+	if opaque {
+		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -556,12 +632,16 @@ func (t *Tx) Prepare(query string) (*sql.Stmt, error) {
 
 // PreparexContext is PrepareContext returning *sqlx.Stmt.
 func (t *Tx) PreparexContext(ctx context.Context, query string) (*sqlx.Stmt, error) {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PreparexContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
+	}
+	if opaque {
+		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -574,12 +654,16 @@ func (t *Tx) Preparex(query string) (*sqlx.Stmt, error) {
 
 // PrepareNamedContext prepares a query with named parameters.
 func (t *Tx) PrepareNamedContext(ctx context.Context, query string) (*sqlx.NamedStmt, error) {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PrepareNamedContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
+	}
+	if opaque {
+		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -590,10 +674,15 @@ func (t *Tx) PrepareNamed(query string) (*sqlx.NamedStmt, error) {
 	return t.PrepareNamedContext(context.Background(), query)
 }
 
-// StmtContext returns stmt bound to the transaction. Its executions run
-// unwatched: from then on Tx checks that the transaction is still open
-// before every statement and before COMMIT (see [Tx]).
+// StmtContext returns stmt bound to the transaction. Tx never sees its text
+// nor its executions (see [Tx] for what it checks instead); keep it to
+// statements that stay inside the transaction. Bound after fn has
+// returned, it fails when used.
 func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	if t.ended.Load() {
+		return t.Tx.StmtContext(refusedCtx(ctx), stmt) // fails when used
+	}
+	t.watchUnseen(ctx)
 	st := t.Tx.StmtContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -607,6 +696,10 @@ func (t *Tx) Stmt(stmt *sql.Stmt) *sql.Stmt {
 // StmtxContext is StmtContext for a *sql.Stmt or *sqlx.Stmt, returning
 // *sqlx.Stmt.
 func (t *Tx) StmtxContext(ctx context.Context, stmt any) *sqlx.Stmt {
+	if t.ended.Load() {
+		return t.Tx.StmtxContext(refusedCtx(ctx), stmt) // fails when used
+	}
+	t.watchUnseen(ctx)
 	st := t.Tx.StmtxContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -619,6 +712,10 @@ func (t *Tx) Stmtx(stmt any) *sqlx.Stmt {
 
 // NamedStmtContext is StmtContext for a *sqlx.NamedStmt.
 func (t *Tx) NamedStmtContext(ctx context.Context, stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
+	if t.ended.Load() {
+		return t.Tx.NamedStmtContext(refusedCtx(ctx), stmt) // fails when used
+	}
+	t.watchUnseen(ctx)
 	st := t.Tx.NamedStmtContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -630,11 +727,14 @@ func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
 }
 
 // Unsafe returns the transaction as a *sqlx.Tx that ignores columns
-// missing from destinations. Its statements run unwatched: from then on Tx
-// checks that the transaction is still open before every statement and
-// before COMMIT (see [Tx]).
+// missing from destinations. Tx never sees its statements (see [Tx] for
+// what it checks instead): keep them to statements that stay inside the
+// transaction, and never use it after fn has returned, when the underlying
+// transaction may already be the next caller's.
 func (t *Tx) Unsafe() *sqlx.Tx {
-	t.unwatched.Store(true)
+	if !t.ended.Load() {
+		t.watchUnseen(context.Background())
+	}
 	return t.Tx.Unsafe()
 }
 

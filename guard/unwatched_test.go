@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,11 +14,11 @@ import (
 )
 
 // Tx does not see the errors of statements fn prepared or bound with Stmt,
-// nor those of the *sqlx.Tx Unsafe returns.
-// When one of them meets an error that rolled the transaction back (here a
-// write conflict under snapshot isolation, 1020) and fn goes on, Tx's next
-// statement must not run outside the fence, and Do must not report the
-// attempt committed.
+// nor those of the *sqlx.Tx Unsafe returns. When one of them meets an error
+// that rolled the transaction back (here a write conflict under snapshot
+// isolation, 1020) and fn goes on, Tx's next statement must not run outside
+// the fence, and Do must not report the attempt committed, nor that nothing
+// applied: such statements may have run after the rollback, on their own.
 func TestUnwatchedStatementRollbackIsCaught(t *testing.T) {
 	for _, bind := range []string{"prepare", "stmt", "unsafe"} {
 		for _, then := range []string{"statement", "return"} {
@@ -82,11 +83,11 @@ func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, max
 	if !errors.As(conflict, &me) || me.Number != 1020 {
 		t.Fatalf("the conflicting write returned %v, want error 1020", conflict)
 	}
-	if then == "statement" && !errors.Is(next, guard.ErrNotCommitted) {
-		t.Fatalf("statement after the rollback: %v, want it refused with ErrNotCommitted", next)
+	if then == "statement" && !errors.Is(next, guard.ErrOutcomeUnknown) {
+		t.Fatalf("statement after the rollback: %v, want it refused with ErrOutcomeUnknown", next)
 	}
-	if !errors.Is(err, guard.ErrNotCommitted) {
-		t.Fatalf("Do: %v, want ErrNotCommitted: the transaction had been rolled back", err)
+	if !errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotCommitted) {
+		t.Fatalf("Do: %v, want ErrOutcomeUnknown (not ErrNotCommitted): the transaction had been rolled back", err)
 	}
 	if n1, n2 := e.counter(1), e.counter(2); n1 != 10 || n2 != 0 {
 		t.Fatalf("counters %d and %d, want 10 and 0: a write ran outside the fence", n1, n2)
@@ -114,5 +115,73 @@ func TestUnwatchedStatementsCommit(t *testing.T) {
 	}
 	if n1, n2 := e.counter(1), e.counter(2); n1 != 3 || n2 != 3 {
 		t.Fatalf("counters %d and %d, want 3 and 3", n1, n2)
+	}
+}
+
+// A statement Tx does not vet (bound with Stmt, run through Unsafe) or does
+// not see run (a prepared CALL) may end the transaction by committing it.
+// The fence row then shows the attempt's own claim, so only the check
+// savepoint, kept set while fn holds such a statement, tells: Do must not
+// return nil.
+func TestUnseenCommitIsCaught(t *testing.T) {
+	for _, via := range []string{"stmt", "unsafe", "prepared-call", "nested-stmt"} {
+		t.Run(via, func(t *testing.T) {
+			e := newEnv(t, envConfig{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			must(t, e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE unseen_commit() BEGIN COMMIT; END"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE unseen_noop() BEGIN DO 1; END"); err != nil {
+				t.Fatal(err)
+			}
+			commit, err := e.db.PrepareContext(ctx, "COMMIT")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer commit.Close()
+			err = e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error {
+				if err := increment(ctx, tx, 1); err != nil {
+					return err
+				}
+				switch via {
+				case "stmt":
+					_, err := tx.StmtContext(ctx, commit).ExecContext(ctx)
+					return err
+				case "unsafe":
+					_, err := tx.Unsafe().ExecContext(ctx, "COMMIT")
+					return err
+				case "prepared-call":
+					st, err := tx.PrepareContext(ctx, "CALL unseen_commit()")
+					if err != nil {
+						return err
+					}
+					// A watched opaque statement is checked, and the check
+					// savepoint set again for the prepared one.
+					if _, err := tx.ExecContext(ctx, "CALL unseen_noop()"); err != nil {
+						return err
+					}
+					_, err = st.ExecContext(ctx)
+					return err
+				default:
+					// Bound inside a nested call that fails: its rollback
+					// destroys the check savepoint, which is set again.
+					var st *sql.Stmt
+					errInner := errors.New("inner fails")
+					if err := e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error {
+						st = tx.StmtContext(ctx, commit)
+						return errInner
+					}); !errors.Is(err, errInner) {
+						return fmt.Errorf("nested call: %w", err)
+					}
+					_, err := st.ExecContext(ctx)
+					return err
+				}
+			})
+			if !errors.Is(err, guard.ErrImplicitCommit) {
+				t.Fatalf("Do: %v, want ErrImplicitCommit: a statement committed the fenced transaction", err)
+			}
+		})
 	}
 }
