@@ -408,7 +408,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		g.rollback(ctx, stx)
 		return false, nil
 	}
-	if err := tx.verifyEnd(ctx); err != nil {
+	if err := tx.verify(ctx); err != nil {
 		finished = true
 		g.rollback(ctx, stx)
 		if f := tx.failure(); f != nil && f.retry {
@@ -571,7 +571,7 @@ func (r *batchRun) rollbackTo(tx *Tx, sp string, n int64) {
 		r.broken(tx, fmt.Errorf("guard: %q: rollback to savepoint: %w", r.b.key, err))
 		return
 	}
-	tx.rolledBackTo(r.ctx, n)
+	tx.rolledBackTo(n)
 }
 
 // broken returns tx's failure, recording err as one that is not retried

@@ -48,7 +48,8 @@ var (
 	// and Do could not find out whether the transaction committed (the
 	// database stayed unreachable, or a newer holder claimed the key before
 	// the check), and when the server rolled the transaction back on an
-	// error of a statement fn prepared or bound, which [Tx] does not see:
+	// error of a statement fn prepared, bound or ran through Unsafe, which
+	// [Tx] does not see:
 	// statements of that kind that ran after the rollback may have applied,
 	// outside the fence. Check the data before retrying.
 	ErrOutcomeUnknown = errors.New("guard: commit outcome unknown")

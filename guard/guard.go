@@ -526,7 +526,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		}
 		return false, ferr
 	}
-	if err := tx.verifyEnd(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
+	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
 		if f := tx.failure(); f != nil && f.retry {
 			return lctx.Err() == nil, g.lostOr(lctx, err)
 		}

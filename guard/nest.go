@@ -86,7 +86,7 @@ func (g *Guard) join(ctx context.Context, s *scope, fn func(context.Context, *Tx
 			tx.fail(fmt.Errorf("guard: nested call on %q: rollback to savepoint: %w", s.key, rerr), false)
 			return
 		}
-		tx.rolledBackTo(context.WithoutCancel(ctx), n)
+		tx.rolledBackTo(n)
 	}()
 	g.opt.Logger.DebugContext(ctx, "guard: nested call joins the enclosing transaction",
 		"key", s.key, "token", tx.token)

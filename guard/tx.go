@@ -48,29 +48,23 @@ import (
 //     as the next caller's).
 //
 // Tx sees the text of a statement fn prepares (Prepare and its forms) and
-// vets it as above, but not its executions; it sees neither for a
+// vets it as above, but not its executions, and an opaque one is checked
+// only up to the next check (the next opaque Exec, or COMMIT): run opaque
+// statements with Exec. Tx sees neither the text nor the executions of a
 // statement fn binds (Stmt and its forms) or runs through the *sqlx.Tx that
-// Unsafe returns. Keep those to statements that stay inside the
-// transaction, prefer Tx's own methods, and return their errors from fn (Do
-// returns such an error as it is: it does not run the attempt again). What
-// Tx does instead, once fn holds such a statement:
-//   - Every later statement through Tx, and COMMIT, first reads the fence
-//     row (a round trip, two without interpolateParams) to check that the
-//     server has not rolled the transaction back on an error Tx did not
-//     see. If it has, that statement is refused and Do returns an error
-//     wrapping [ErrOutcomeUnknown]: the fenced transaction did not commit,
-//     but the unseen statements that ran after the rollback ran outside
-//     it, each committing on its own.
-//   - A statement bound or run through Unsafe, or an opaque one prepared,
-//     may also commit the transaction. The check savepoint stays set while
-//     fn holds one (a round trip when it is set, and one more after each
-//     check of an opaque statement), so that Do finds such an end before
-//     COMMIT and returns [ErrImplicitCommit]. Statements through Tx between
-//     that end and COMMIT are not refused: they run outside the fence.
-//
-// With fn's statements on several goroutines, a check made by one of them
-// can pass just before an unseen statement of another ends the
-// transaction; the check before COMMIT still finds it.
+// Unsafe returns: keep those to statements that stay inside the
+// transaction. Prefer Tx's own methods, and return the errors of the others
+// from fn (Do returns such an error as it is: it does not run the attempt
+// again). Once fn holds such a statement, every later statement through Tx,
+// and COMMIT, first reads the fence row (a round trip, two without
+// interpolateParams) to check that the server has not rolled the
+// transaction back on an error Tx did not see. If it has, that statement is
+// refused and Do returns an error wrapping [ErrOutcomeUnknown]: the fenced
+// transaction did not commit, but unseen statements that ran after the
+// rollback ran outside it, each committing on its own. With fn's statements
+// on several goroutines, a check by one of them can pass just before an
+// unseen statement of another meets such an error; the check before COMMIT
+// still finds it.
 //
 // The embedded *sqlx.Tx (t.Tx) runs unwatched and unchecked: keep it to
 // statements that stay inside the transaction, and never use it after fn
@@ -106,11 +100,11 @@ type Tx struct {
 	// Tx checks that the claim still holds the fence row (confirm).
 	suspect atomic.Pointer[error]
 	// unwatched is set once fn holds a statement whose executions Tx does
-	// not see (prepared, or bound with Stmt): one of them may have met an
-	// error that rolled the transaction back, after which statements run
-	// outside it, each committing on its own. From then on every statement
-	// through Tx, and COMMIT, first checks that the claim still holds the
-	// fence row (confirm).
+	// not see (prepared, bound with Stmt, or the *sqlx.Tx of Unsafe): one
+	// of them may have met an error that rolled the transaction back, after
+	// which statements run outside it, each committing on its own. From
+	// then on every statement through Tx, and COMMIT, first checks that the
+	// claim still holds the fence row (confirm).
 	unwatched atomic.Bool
 
 	// ended is set when Do is done with the transaction, before it commits
@@ -130,12 +124,6 @@ type Tx struct {
 		armed   bool  // the savepoint exists (as far as Tx knows)
 		pending bool  // Do must verify it before COMMIT
 		after   int64 // value of savepoints when it was set
-		// sticky: fn holds a statement that may end the transaction where
-		// Tx cannot see it (an opaque one it prepared, or one bound with
-		// Stmt or run through Unsafe, whose text Tx never reads), so the
-		// savepoint is set again whenever a check releases or a nested
-		// rollback destroys it.
-		sticky bool
 	}
 }
 
@@ -339,48 +327,21 @@ func (t *Tx) arm(ctx context.Context) error {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if !t.check.armed {
-		if err := t.setCheck(ctx); err != nil {
+		if _, err := t.Tx.ExecContext(ctx, "SAVEPOINT "+checkSavepoint); err != nil {
 			return t.observe(fmt.Errorf("guard: %q: savepoint before a statement that may end the transaction: %w", t.key, err))
 		}
+		t.check.armed = true
+		t.check.after = t.savepoints.Load()
 	}
 	t.check.pending = true
 	return nil
 }
 
-// setCheck sets the check savepoint. The caller holds t.check.
-func (t *Tx) setCheck(ctx context.Context) error {
-	if _, err := t.Tx.ExecContext(ctx, "SAVEPOINT "+checkSavepoint); err != nil {
-		return err
-	}
-	t.check.armed, t.check.pending = true, true
-	t.check.after = t.savepoints.Load()
-	return nil
-}
-
-// watchUnseen is told that fn holds a statement that may end the
-// transaction where Tx cannot see it: the check savepoint is set and kept
-// set while fn runs (see check.sticky), so that Do finds such an end before
-// COMMIT. A failure to set it makes the transaction unusable.
-func (t *Tx) watchUnseen(ctx context.Context) {
-	t.unwatched.Store(true)
-	t.check.Lock()
-	t.check.sticky = true
-	t.check.Unlock()
-	if err := t.arm(ctx); err != nil && t.failure() == nil {
-		t.fail(err, false)
-	}
-}
-
 // verify checks that the check savepoint, if set, still exists, that is,
-// that no statement ended the transaction since it was set, and sets it
-// again when it is sticky. It is called after an opaque Exec and after each
-// member of a batch.
-func (t *Tx) verify(ctx context.Context) error { return t.verifyCheck(ctx, true) }
-
-// verifyEnd is verify before COMMIT: the savepoint is not set again.
-func (t *Tx) verifyEnd(ctx context.Context) error { return t.verifyCheck(ctx, false) }
-
-func (t *Tx) verifyCheck(ctx context.Context, again bool) error {
+// that no statement ended the transaction since it was set. It is called
+// after an opaque Exec, after each member of a batch and by Do before
+// COMMIT.
+func (t *Tx) verify(ctx context.Context) error {
 	if err := t.confirm(ctx); err != nil {
 		return err
 	}
@@ -400,34 +361,16 @@ func (t *Tx) verifyCheck(ctx context.Context, again bool) error {
 	if err != nil {
 		return t.observe(fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err))
 	}
-	if again && t.check.sticky {
-		if err := t.setCheck(ctx); err != nil {
-			// Without it an end of the transaction would go unseen.
-			err = t.observe(fmt.Errorf("guard: %q: savepoint after a check of the transaction: %w", t.key, err))
-			if t.failure() == nil {
-				t.fail(err, false)
-			}
-			return err
-		}
-	}
 	return nil
 }
 
 // rolledBackTo tells Tx that the nested savepoint number n was rolled back
 // to, which destroys the check savepoint if it was set after it.
-func (t *Tx) rolledBackTo(ctx context.Context, n int64) {
+func (t *Tx) rolledBackTo(n int64) {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if t.check.armed && t.check.after >= n {
 		t.check.armed, t.check.pending = false, false
-		if t.check.sticky {
-			if err := t.setCheck(ctx); err != nil {
-				err = t.observe(fmt.Errorf("guard: %q: savepoint after a nested rollback: %w", t.key, err))
-				if t.failure() == nil {
-					t.fail(err, false)
-				}
-			}
-		}
 	}
 }
 
@@ -435,7 +378,15 @@ func (t *Tx) rolledBackTo(ctx context.Context, n int64) {
 // statements after it cannot run outside a transaction it ended.
 func (t *Tx) afterExec(ctx context.Context, opaque bool, err error) error {
 	if err != nil {
-		return t.observe(err)
+		err = t.observe(err)
+		if opaque {
+			// A procedure may end the transaction and fail after that:
+			// fn must not go on, nor Do undo or rerun work that committed.
+			if verr := t.verify(ctx); verr != nil {
+				return errors.Join(err, verr)
+			}
+		}
+		return err
 	}
 	if opaque {
 		return t.verify(ctx)
@@ -610,16 +561,12 @@ func (t *Tx) NamedQuery(query string, arg any) (*sqlx.Rows, error) {
 // would end the transaction is refused here; an opaque one is checked before
 // COMMIT.
 func (t *Tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	opaque, err := t.before(ctx, query)
-	if err != nil {
+	if _, err := t.before(ctx, query); err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
-	}
-	if opaque {
-		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -632,16 +579,12 @@ func (t *Tx) Prepare(query string) (*sql.Stmt, error) {
 
 // PreparexContext is PrepareContext returning *sqlx.Stmt.
 func (t *Tx) PreparexContext(ctx context.Context, query string) (*sqlx.Stmt, error) {
-	opaque, err := t.before(ctx, query)
-	if err != nil {
+	if _, err := t.before(ctx, query); err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PreparexContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
-	}
-	if opaque {
-		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -654,16 +597,12 @@ func (t *Tx) Preparex(query string) (*sqlx.Stmt, error) {
 
 // PrepareNamedContext prepares a query with named parameters.
 func (t *Tx) PrepareNamedContext(ctx context.Context, query string) (*sqlx.NamedStmt, error) {
-	opaque, err := t.before(ctx, query)
-	if err != nil {
+	if _, err := t.before(ctx, query); err != nil {
 		return nil, err
 	}
 	st, err := t.Tx.PrepareNamedContext(ctx, query)
 	if err != nil {
 		return nil, t.observe(err)
-	}
-	if opaque {
-		t.watchUnseen(ctx)
 	}
 	t.keep(st)
 	return st, nil
@@ -674,15 +613,14 @@ func (t *Tx) PrepareNamed(query string) (*sqlx.NamedStmt, error) {
 	return t.PrepareNamedContext(context.Background(), query)
 }
 
-// StmtContext returns stmt bound to the transaction. Tx never sees its text
-// nor its executions (see [Tx] for what it checks instead); keep it to
+// StmtContext returns stmt bound to the transaction. Tx sees neither its
+// text nor its executions (see [Tx] for what it checks instead): keep it to
 // statements that stay inside the transaction. Bound after fn has
 // returned, it fails when used.
 func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
 	if t.ended.Load() {
 		return t.Tx.StmtContext(refusedCtx(ctx), stmt) // fails when used
 	}
-	t.watchUnseen(ctx)
 	st := t.Tx.StmtContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -699,7 +637,6 @@ func (t *Tx) StmtxContext(ctx context.Context, stmt any) *sqlx.Stmt {
 	if t.ended.Load() {
 		return t.Tx.StmtxContext(refusedCtx(ctx), stmt) // fails when used
 	}
-	t.watchUnseen(ctx)
 	st := t.Tx.StmtxContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -715,7 +652,6 @@ func (t *Tx) NamedStmtContext(ctx context.Context, stmt *sqlx.NamedStmt) *sqlx.N
 	if t.ended.Load() {
 		return t.Tx.NamedStmtContext(refusedCtx(ctx), stmt) // fails when used
 	}
-	t.watchUnseen(ctx)
 	st := t.Tx.NamedStmtContext(ctx, stmt)
 	t.keep(st)
 	return st
@@ -727,14 +663,12 @@ func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
 }
 
 // Unsafe returns the transaction as a *sqlx.Tx that ignores columns
-// missing from destinations. Tx never sees its statements (see [Tx] for
+// missing from destinations. Tx sees none of its statements (see [Tx] for
 // what it checks instead): keep them to statements that stay inside the
 // transaction, and never use it after fn has returned, when the underlying
 // transaction may already be the next caller's.
 func (t *Tx) Unsafe() *sqlx.Tx {
-	if !t.ended.Load() {
-		t.watchUnseen(context.Background())
-	}
+	t.unwatched.Store(true)
 	return t.Tx.Unsafe()
 }
 

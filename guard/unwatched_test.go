@@ -118,69 +118,58 @@ func TestUnwatchedStatementsCommit(t *testing.T) {
 	}
 }
 
-// A statement Tx does not vet (bound with Stmt, run through Unsafe) or does
-// not see run (a prepared CALL) may end the transaction by committing it.
-// The fence row then shows the attempt's own claim, so only the check
-// savepoint, kept set while fn holds such a statement, tells: Do must not
-// return nil.
-func TestUnseenCommitIsCaught(t *testing.T) {
-	for _, via := range []string{"stmt", "unsafe", "prepared-call", "nested-stmt"} {
-		t.Run(via, func(t *testing.T) {
-			e := newEnv(t, envConfig{})
+// A procedure that commits the fenced transaction and then fails: the
+// check of an opaque statement runs whether it failed or not. fn must not go
+// on outside the fence, Do must not return fn's error alone as if nothing
+// had applied, and a batch must not undo and run again its other members'
+// work, which committed.
+func TestOpaqueStatementThatCommitsThenFails(t *testing.T) {
+	for _, maxBatch := range []int{0, 8} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", maxBatch), func(t *testing.T) {
+			e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			must(t, e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE unseen_commit() BEGIN COMMIT; END"); err != nil {
+			must(t, e.g.Do(ctx, "commit-fail", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_then_fail() BEGIN COMMIT; "+
+				"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'after commit'; END"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE unseen_noop() BEGIN DO 1; END"); err != nil {
-				t.Fatal(err)
-			}
-			commit, err := e.db.PrepareContext(ctx, "COMMIT")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer commit.Close()
-			err = e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error {
-				if err := increment(ctx, tx, 1); err != nil {
-					return err
+			var next error
+			failing := func(ctx context.Context, tx *guard.Tx) error {
+				_, err := tx.ExecContext(ctx, "CALL commit_then_fail()")
+				if err == nil {
+					t.Error("CALL commit_then_fail() returned no error")
 				}
-				switch via {
-				case "stmt":
-					_, err := tx.StmtContext(ctx, commit).ExecContext(ctx)
-					return err
-				case "unsafe":
-					_, err := tx.Unsafe().ExecContext(ctx, "COMMIT")
-					return err
-				case "prepared-call":
-					st, err := tx.PrepareContext(ctx, "CALL unseen_commit()")
-					if err != nil {
+				_, next = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
+				return err
+			}
+			if maxBatch == 0 {
+				err := e.g.Do(ctx, "commit-fail", func(ctx context.Context, tx *guard.Tx) error {
+					if err := increment(ctx, tx, 1); err != nil {
 						return err
 					}
-					// A watched opaque statement is checked, and the check
-					// savepoint set again for the prepared one.
-					if _, err := tx.ExecContext(ctx, "CALL unseen_noop()"); err != nil {
-						return err
-					}
-					_, err = st.ExecContext(ctx)
-					return err
-				default:
-					// Bound inside a nested call that fails: its rollback
-					// destroys the check savepoint, which is set again.
-					var st *sql.Stmt
-					errInner := errors.New("inner fails")
-					if err := e.g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error {
-						st = tx.StmtContext(ctx, commit)
-						return errInner
-					}); !errors.Is(err, errInner) {
-						return fmt.Errorf("nested call: %w", err)
-					}
-					_, err := st.ExecContext(ctx)
-					return err
+					return failing(ctx, tx)
+				})
+				if !errors.Is(err, guard.ErrImplicitCommit) {
+					t.Fatalf("Do: %v, want ErrImplicitCommit: the procedure committed the transaction", err)
 				}
-			})
-			if !errors.Is(err, guard.ErrImplicitCommit) {
-				t.Fatalf("Do: %v, want ErrImplicitCommit: a statement committed the fenced transaction", err)
+			} else {
+				errs := queued(t, e, e.g, "commit-fail", []txFn{
+					func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) },
+					failing,
+				})
+				if !errors.Is(errs[0], guard.ErrOutcomeUnknown) {
+					t.Fatalf("first member: %v, want ErrOutcomeUnknown: its work committed with another member's statement", errs[0])
+				}
+				if !errors.Is(errs[1], guard.ErrImplicitCommit) {
+					t.Fatalf("second member: %v, want ErrImplicitCommit", errs[1])
+				}
+			}
+			if next == nil {
+				t.Error("the statement after the procedure ran: the transaction had ended")
+			}
+			if n1, n2 := e.counter(1), e.counter(2); n1 != 1 || n2 != 0 {
+				t.Fatalf("counters %d and %d, want 1 and 0: work applied twice or outside the fence", n1, n2)
 			}
 		})
 	}
