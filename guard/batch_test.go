@@ -560,7 +560,7 @@ func TestBatchLeavesTurnsToOtherProcesses(t *testing.T) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var batched atomic.Int64
+	var batched, unknown atomic.Int64
 	for range 32 {
 		wg.Add(1)
 		go func() {
@@ -572,6 +572,10 @@ func TestBatchLeavesTurnsToOtherProcesses(t *testing.T) {
 					batched.Add(1)
 				case ctx.Err() == nil:
 					t.Errorf("batched Do = %v", err)
+				case errors.Is(err, guard.ErrOutcomeUnknown):
+					// Stopped while its work waited for the batch's COMMIT,
+					// which may still have happened.
+					unknown.Add(1)
 				}
 			}
 		}()
@@ -590,8 +594,10 @@ func TestBatchLeavesTurnsToOtherProcesses(t *testing.T) {
 	}
 	stop()
 	wg.Wait()
-	if a, b := e.counter(1), e.counter(2); int64(a) != batched.Load() || b != turns {
-		t.Fatalf("counters %d %d, want %d %d", a, b, batched.Load(), turns)
+	a, b := e.counter(1), e.counter(2)
+	if int64(a) < batched.Load() || int64(a) > batched.Load()+unknown.Load() || b != turns {
+		t.Fatalf("counters %d %d, want %d (+ up to %d whose outcome was unknown) and %d",
+			a, b, batched.Load(), unknown.Load(), turns)
 	}
 	e.assertFree("k")
 }

@@ -411,8 +411,12 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	if err := tx.verify(ctx); err != nil {
 		finished = true
 		g.rollback(ctx, stx)
-		if f := tx.failure(); f != nil && f.retry {
+		f := tx.failure()
+		if f != nil && f.retry {
 			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		if f != nil {
+			return false, err // an outcome: a lost lock must not hide it
 		}
 		return false, g.lostOr(lctx, err)
 	}

@@ -527,8 +527,12 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		return false, ferr
 	}
 	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
-		if f := tx.failure(); f != nil && f.retry {
+		f := tx.failure()
+		if f != nil && f.retry {
 			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		if f != nil {
+			return false, err // an outcome: a lost lock must not hide it
 		}
 		return false, g.lostOr(lctx, err)
 	}

@@ -28,9 +28,13 @@ import (
 //     [ErrImplicitCommit] before it is sent; Do then rolls back and returns
 //     that error. A CREATE or DROP of a TEMPORARY table is allowed.
 //   - A statement whose effect the text does not show (CALL, EXECUTE, a
-//     compound statement) runs inside a savepoint that Do checks afterwards;
-//     if the statement ended the transaction, Do rolls back what is left and
-//     returns [ErrImplicitCommit].
+//     compound statement) runs inside a savepoint that Do checks afterwards,
+//     whether the statement failed or not; if the statement ended the
+//     transaction, Do rolls back what is left and returns
+//     [ErrImplicitCommit]. When it failed after ending it, the fence row
+//     tells a commit (ErrImplicitCommit, never retried, even after a
+//     deadlock) from a rollback (retried after a deadlock, [ErrNotCommitted]
+//     otherwise).
 //   - After a deadlock, a lock wait timeout, a write conflict under
 //     snapshot isolation (1020) or a lost connection, the server has rolled
 //     the transaction (or the statement) back; later statements are refused
@@ -278,8 +282,8 @@ func (t *Tx) confirm(ctx context.Context) error {
 	if t.unwatched.Load() {
 		// Statements Tx does not see may have run after the rollback, each
 		// committing on its own.
-		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back, and statements fn prepared "+
-			"or bound may have run after that, outside it: %w", t.key, ErrOutcomeUnknown, *p)
+		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back, and statements Tx does not see "+
+			"may have run after that, outside it: %w", t.key, ErrOutcomeUnknown, *p)
 	} else {
 		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
 	}
@@ -364,6 +368,64 @@ func (t *Tx) verify(ctx context.Context) error {
 	return nil
 }
 
+// settleOpaque runs the check of an opaque statement that failed. Such a
+// statement may have ended the transaction before failing (a procedure that
+// commits, or rolls back, and then meets an error or signals one), and its
+// error may be one that Do retries. So when the check savepoint is gone, the
+// fence row tells what happened: a claim that committed makes the attempt
+// fail for good with ErrImplicitCommit (Do never reruns work that
+// committed), a rolled-back one leaves a retryable failure as it is and
+// refuses fn's next statements otherwise; when the check cannot run, the
+// outcome is unknown. It runs after fn's ctx has ended too (a failure of
+// the transaction ends it), for settleGrace at most.
+func (t *Tx) settleOpaque(ctx context.Context) error {
+	t.check.Lock()
+	defer t.check.Unlock()
+	if !t.check.pending {
+		return nil
+	}
+	t.check.pending, t.check.armed = false, false
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleGrace)
+	defer cancel()
+	_, err := t.Tx.ExecContext(sctx, "RELEASE SAVEPOINT "+checkSavepoint)
+	if err == nil {
+		return nil // still open: the error was the statement's own
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != erNoSuchSavepoint {
+		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran failed and may have ended the transaction "+
+			"(%w: %s), and checking it failed: %v", t.key, ErrOutcomeUnknown, ErrImplicitCommit, implicitCommitNote, err))
+	}
+	f, err := fence.Lookup(sctx, t.Tx, t.resource)
+	switch {
+	case err == nil && f.OpID == t.opID:
+		return t.failFinally(fmt.Errorf("%w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence",
+			ErrImplicitCommit, implicitCommitNote))
+	case err != nil && !errors.Is(err, fence.ErrNoFence):
+		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran failed after it ended the transaction "+
+			"(%w: %s), and reading the fence row failed: %v", t.key, ErrOutcomeUnknown, ErrImplicitCommit, implicitCommitNote, err))
+	}
+	// Rolled back.
+	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
+	if t.unwatched.Load() {
+		rerr = fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back, and statements Tx does not see "+
+			"may have run after that, outside it", t.key, ErrOutcomeUnknown)
+		return t.failFinally(rerr)
+	}
+	if t.failure() == nil {
+		t.fail(rerr, false)
+	}
+	return rerr
+}
+
+// failFinally records err as the transaction's failure, replacing a
+// retryable one: the attempt must not run again.
+func (t *Tx) failFinally(err error) error {
+	t.fail(err, false)
+	t.failed.Store(&txFailure{err: err})
+	return err
+}
+
 // rolledBackTo tells Tx that the nested savepoint number n was rolled back
 // to, which destroys the check savepoint if it was set after it.
 func (t *Tx) rolledBackTo(n int64) {
@@ -380,9 +442,7 @@ func (t *Tx) afterExec(ctx context.Context, opaque bool, err error) error {
 	if err != nil {
 		err = t.observe(err)
 		if opaque {
-			// A procedure may end the transaction and fail after that:
-			// fn must not go on, nor Do undo or rerun work that committed.
-			if verr := t.verify(ctx); verr != nil {
+			if verr := t.settleOpaque(ctx); verr != nil {
 				return errors.Join(err, verr)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/redfence/redfence/guard"
+	"github.com/redfence/redfence/redislock"
 )
 
 // Tx does not see the errors of statements fn prepared or bound with Stmt,
@@ -172,5 +173,82 @@ func TestOpaqueStatementThatCommitsThenFails(t *testing.T) {
 				t.Fatalf("counters %d and %d, want 1 and 0: work applied twice or outside the fence", n1, n2)
 			}
 		})
+	}
+}
+
+// A procedure that commits and then fails with an error Do retries (here a
+// signalled deadlock): the attempt must not run again, since its work
+// committed. One that rolls back and then fails that way is run again.
+func TestOpaqueStatementEndsThenFailsRetryably(t *testing.T) {
+	for _, h := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
+		for _, end := range []string{"COMMIT", "ROLLBACK"} {
+			t.Run(h.String()+"/"+end, func(t *testing.T) {
+				e := newEnv(t, envConfig{guard: &guard.Options{HandOff: h}})
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				must(t, e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+				if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE end_then_deadlock(IN a INT) BEGIN IF a = 1 THEN "+end+"; "+
+					"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
+					t.Fatal(err)
+				}
+				attempts := 0
+				err := e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error {
+					attempts = tx.Attempt()
+					if err := increment(ctx, tx, 1); err != nil {
+						return err
+					}
+					_, err := tx.ExecContext(ctx, "CALL end_then_deadlock(?)", tx.Attempt())
+					return err
+				})
+				if end == "COMMIT" {
+					if !errors.Is(err, guard.ErrImplicitCommit) || attempts != 1 {
+						t.Fatalf("Do: %v after %d attempts, want ErrImplicitCommit after 1: the first attempt committed", err, attempts)
+					}
+				} else if err != nil || attempts != 2 {
+					t.Fatalf("Do: %v after %d attempts, want nil after 2: the first attempt was rolled back", err, attempts)
+				}
+				if n := e.counter(1); n != 1 {
+					t.Fatalf("counter %d, want 1", n)
+				}
+			})
+		}
+	}
+}
+
+// A lock lost after fn's unseen statements ran outside the fence must not
+// hide that from Do's caller behind ErrLockLost ("rolled back").
+func TestUnwatchedRollbackThenLockLost(t *testing.T) {
+	e := newEnv(t, envConfig{
+		lock:  &redislock.Options{LeaseTTL: 300 * time.Millisecond},
+		guard: atEnd(guard.Options{}),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "lost", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	err := e.g.Do(ctx, "lost", func(fctx context.Context, tx *guard.Tx) error {
+		if _, err := tx.ExecContext(fctx, "SET SESSION innodb_snapshot_isolation = ON"); err != nil {
+			t.Fatalf("this test needs MariaDB 10.6.18, 10.11.8, 11.x or later (innodb_snapshot_isolation): %v", err)
+		}
+		st, err := tx.PrepareContext(fctx, "UPDATE counters SET n = n + ? WHERE id = ?")
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.GetContext(fctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
+			return err
+		}
+		if _, err := e.db.ExecContext(ctx, "UPDATE counters SET n = n + 10 WHERE id = 1"); err != nil {
+			return err
+		}
+		if _, err := st.ExecContext(ctx, 1, 1); err == nil { // 1020: rolled back, unseen
+			t.Error("the conflicting write returned no error")
+		}
+		_, _ = st.ExecContext(ctx, 1000, 2) // runs on its own, outside the fence
+		must(t, e.rdb.Del(context.Background(), e.names("lost").Lock).Err())
+		<-fctx.Done() // the lock is lost
+		return nil
+	})
+	if !errors.Is(err, guard.ErrOutcomeUnknown) {
+		t.Fatalf("Do: %v, want ErrOutcomeUnknown: a statement applied outside the fence (counter 2 = %d)", err, e.counter(2))
 	}
 }
