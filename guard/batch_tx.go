@@ -336,6 +336,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
 	tx := &Tx{Tx: stx, key: key, resource: resource, token: r.token, owner: r.owner, opID: newOpID(), attempt: n}
+	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false
 	defer func() {
@@ -595,7 +596,8 @@ func (r *batchRun) broken(tx *Tx, err error) *txFailure {
 // unknown; those that had not run learn that nothing ran.
 func (r *batchRun) failBatch(open, ran []*member, causer *member, ferr error) {
 	key := r.b.key
-	ended := errors.Is(ferr, ErrImplicitCommit) && strings.Contains(ferr.Error(), implicitCommitNote)
+	ended := errors.Is(ferr, ErrImplicitCommit) && strings.Contains(ferr.Error(), implicitCommitNote) ||
+		errors.Is(ferr, errMayHaveEnded)
 	for _, m := range open {
 		var err error
 		switch {

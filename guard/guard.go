@@ -440,6 +440,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
 	tx := &Tx{Tx: stx, key: key, resource: resource, token: token, owner: h.owner, opID: newOpID(), attempt: n}
+	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false
 	defer func() {

@@ -34,7 +34,9 @@ import (
 //     [ErrImplicitCommit]. When it failed after ending it, the fence row
 //     tells a commit (ErrImplicitCommit, never retried, even after a
 //     deadlock) from a rollback (retried after a deadlock, [ErrNotCommitted]
-//     otherwise).
+//     otherwise); a connection lost during it is settled on a fresh
+//     connection, as a lost COMMIT is. When the row cannot tell (a newer
+//     holder has claimed it since), Do returns [ErrOutcomeUnknown].
 //   - After a deadlock, a lock wait timeout, a write conflict under
 //     snapshot isolation (1020) or a lost connection, the server has rolled
 //     the transaction (or the statement) back; later statements are refused
@@ -110,6 +112,9 @@ type Tx struct {
 	// then on every statement through Tx, and COMMIT, first checks that the
 	// claim still holds the fence row (confirm).
 	unwatched atomic.Bool
+	// settleLost, when set, tells on a fresh connection whether the
+	// transaction committed, after its connection was lost (Guard.settle).
+	settleLost func(context.Context) (committed bool, err error)
 
 	// ended is set when Do is done with the transaction, before it commits
 	// or rolls back: when relayed, the *sqlx.Tx lives on, chained,
@@ -375,9 +380,17 @@ func (t *Tx) verify(ctx context.Context) error {
 // fence row tells what happened: a claim that committed makes the attempt
 // fail for good with ErrImplicitCommit (Do never reruns work that
 // committed), a rolled-back one leaves a retryable failure as it is and
-// refuses fn's next statements otherwise; when the check cannot run, the
-// outcome is unknown. It runs after fn's ctx has ended too (a failure of
-// the transaction ends it), for settleGrace at most.
+// refuses fn's next statements otherwise. A connection lost meanwhile is
+// settled as a lost COMMIT is, on a fresh connection (settleLost). When none
+// of that can tell, the outcome is unknown. It runs after fn's ctx has
+// ended too (a failure of the transaction ends it), for settleGrace at most
+// on this connection.
+//
+// The row is read on the transaction's own connection: a claim it shows
+// committed may also be the transaction still open, when the statement
+// destroyed the check savepoint without ending it (a ROLLBACK TO a
+// savepoint of fn's set before it); that reads as a commit, and fails the
+// attempt for good all the same.
 func (t *Tx) settleOpaque(ctx context.Context) error {
 	t.check.Lock()
 	defer t.check.Unlock()
@@ -393,17 +406,32 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 	}
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != erNoSuchSavepoint {
+		if fence.IsConnectionLost(err) && t.settleLost != nil {
+			committed, serr := t.settleLost(ctx)
+			switch {
+			case serr == nil && !committed:
+				return nil // the server rolled it back with the connection
+			case serr == nil:
+				return t.failFinally(fmt.Errorf("%w: %s; what it wrote before that committed with the claim",
+					ErrImplicitCommit, implicitCommitNote))
+			}
+			err = fmt.Errorf("%v (settling: %v)", err, serr)
+		}
 		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran failed and may have ended the transaction "+
-			"(%w: %s), and checking it failed: %v", t.key, ErrOutcomeUnknown, ErrImplicitCommit, implicitCommitNote, err))
+			"(%w), and checking it failed: %v", t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
 	}
 	f, err := fence.Lookup(sctx, t.Tx, t.resource)
 	switch {
 	case err == nil && f.OpID == t.opID:
 		return t.failFinally(fmt.Errorf("%w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence",
 			ErrImplicitCommit, implicitCommitNote))
+	case err == nil && f.Token > t.token:
+		// A newer holder has claimed the key since: the row no longer tells.
+		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran ended the transaction (%w), "+
+			"and %w (token %d, ours %d)", t.key, ErrOutcomeUnknown, errMayHaveEnded, errUnsettled, f.Token, t.token))
 	case err != nil && !errors.Is(err, fence.ErrNoFence):
-		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran failed after it ended the transaction "+
-			"(%w: %s), and reading the fence row failed: %v", t.key, ErrOutcomeUnknown, ErrImplicitCommit, implicitCommitNote, err))
+		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran ended the transaction (%w), "+
+			"and reading the fence row failed: %v", t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
 	}
 	// Rolled back.
 	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
@@ -417,6 +445,10 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 	}
 	return rerr
 }
+
+// errMayHaveEnded marks an outcome error for a transaction a statement may
+// have ended, committing what ran before it (see failBatch).
+var errMayHaveEnded = errors.New(implicitCommitNote + ", possibly")
 
 // failFinally records err as the transaction's failure, replacing a
 // retryable one: the attempt must not run again.

@@ -252,3 +252,105 @@ func TestUnwatchedRollbackThenLockLost(t *testing.T) {
 		t.Fatalf("Do: %v, want ErrOutcomeUnknown: a statement applied outside the fence (counter 2 = %d)", err, e.counter(2))
 	}
 }
+
+// A procedure that commits, then waits until the key's next holder has
+// claimed the fence row and committed, then fails with a deadlock: the row
+// shows the newer claim, so it cannot tell whether the attempt committed.
+// Do must neither run the attempt again nor say nothing applied.
+func TestOpaqueStatementCommitsThenNextHolderClaims(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "next", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	name := e.prefix + ":next"
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_wait_fail(IN a INT, IN name VARCHAR(200)) BEGIN "+
+		"IF a = 1 THEN COMMIT; DO GET_LOCK(name, 20); DO RELEASE_LOCK(name); "+
+		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.db.Conn(ctx) // holds the named lock until the next holder has committed
+	must(t, err)
+	defer held.Close()
+	if _, err := held.ExecContext(ctx, "DO GET_LOCK(?, 5)", name); err != nil {
+		t.Fatal(err)
+	}
+	other := make(chan error, 1)
+	attempts := 0
+	err = e.g.Do(ctx, "next", func(ctx context.Context, tx *guard.Tx) error {
+		attempts = tx.Attempt()
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		if tx.Attempt() == 1 {
+			go func() {
+				err := e.g.Do(context.Background(), "next", func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 2) })
+				_, _ = held.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", name)
+				other <- err
+			}()
+		}
+		_, err := tx.ExecContext(ctx, "CALL commit_wait_fail(?, ?)", tx.Attempt(), name)
+		return err
+	})
+	if oerr := <-other; oerr != nil {
+		t.Fatalf("the next holder's Do: %v", oerr)
+	}
+	if !errors.Is(err, guard.ErrOutcomeUnknown) || attempts != 1 {
+		t.Fatalf("Do: %v after %d attempts, want ErrOutcomeUnknown after 1", err, attempts)
+	}
+	if n1, n2 := e.counter(1), e.counter(2); n1 != 1 || n2 != 1 {
+		t.Fatalf("counters %d and %d, want 1 and 1", n1, n2)
+	}
+}
+
+// A connection lost during an opaque statement that did not commit is
+// settled on a fresh connection, as a lost COMMIT is: the attempt runs again.
+func TestOpaqueStatementConnectionLostIsSettled(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "killed", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	name := e.prefix + ":killed"
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE wait_named(IN a INT, IN name VARCHAR(200)) BEGIN "+
+		"IF a = 1 THEN DO GET_LOCK(name, 20); END IF; END"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.db.Conn(ctx) // makes the first CALL wait until it is killed
+	must(t, err)
+	defer held.Close()
+	if _, err := held.ExecContext(ctx, "DO GET_LOCK(?, 5)", name); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	err = e.g.Do(ctx, "killed", func(ctx context.Context, tx *guard.Tx) error {
+		attempts = tx.Attempt()
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		if tx.Attempt() == 1 {
+			var id int64
+			if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+				return err
+			}
+			go func() {
+				// Killed once it waits in the CALL (or after 10 s, when
+				// the test fails anyway).
+				for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+					var n int
+					if e.db.GetContext(ctx, &n, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+						"WHERE ID = ? AND STATE = 'User lock'", id) == nil && n == 1 {
+						break
+					}
+				}
+				_, _ = e.db.ExecContext(ctx, "KILL ?", id)
+			}()
+		}
+		_, err := tx.ExecContext(ctx, "CALL wait_named(?, ?)", tx.Attempt(), name)
+		return err
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("Do: %v after %d attempts, want nil after 2: the killed attempt did not commit", err, attempts)
+	}
+	if n := e.counter(1); n != 1 {
+		t.Fatalf("counter %d, want 1", n)
+	}
+}
