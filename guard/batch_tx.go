@@ -513,6 +513,12 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			continue
 		}
 		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
+		if rep.err != nil || tx.failure() != nil {
+			// An opaque statement run through a Query form may have ended
+			// the transaction before failing: never rerun work that
+			// committed.
+			_ = tx.settleOpaque(r.ctx)
+		}
 		if f := tx.failure(); f != nil {
 			if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {
 				// fn's own error is returned as it is, never retried; the

@@ -83,7 +83,10 @@ type Options struct {
 	UnlockTimeout time.Duration
 
 	// SettleTimeout bounds the check Do makes on a fresh connection when the
-	// connection died during COMMIT, to find out whether it committed.
+	// connection died during COMMIT, or during a statement that may have
+	// ended the transaction (CALL and the like), to find out whether it
+	// committed. Once the caller's ctx has ended, the check gets a second at
+	// most.
 	// default: 10s
 	SettleTimeout time.Duration
 

@@ -28,15 +28,18 @@ import (
 //     [ErrImplicitCommit] before it is sent; Do then rolls back and returns
 //     that error. A CREATE or DROP of a TEMPORARY table is allowed.
 //   - A statement whose effect the text does not show (CALL, EXECUTE, a
-//     compound statement) runs inside a savepoint that Do checks afterwards,
-//     whether the statement failed or not; if the statement ended the
+//     compound statement) runs inside a savepoint that Do checks afterwards
+//     (through Exec at once, through a Query form before the next statement
+//     or when fn returns), whether the statement failed or not; if it ended the
 //     transaction, Do rolls back what is left and returns
 //     [ErrImplicitCommit]. When it failed after ending it, the fence row
 //     tells a commit (ErrImplicitCommit, never retried, even after a
 //     deadlock) from a rollback (retried after a deadlock, [ErrNotCommitted]
 //     otherwise); a connection lost during it is settled on a fresh
 //     connection, as a lost COMMIT is. When the row cannot tell (a newer
-//     holder has claimed it since), Do returns [ErrOutcomeUnknown].
+//     holder has claimed it since), Do returns [ErrOutcomeUnknown]. What a
+//     procedure runs after it has ended the transaction runs outside it:
+//     after a rollback, Do cannot see those writes.
 //   - After a deadlock, a lock wait timeout, a write conflict under
 //     snapshot isolation (1020) or a lost connection, the server has rolled
 //     the transaction (or the statement) back; later statements are refused
@@ -313,6 +316,12 @@ func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) 
 	if t.ended.Load() {
 		return false, fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
 	}
+	// An opaque statement run through a Query form is checked here, before
+	// the next statement: its own call could not (a *sql.Row reports its
+	// error only to Scan).
+	if err := t.settleOpaque(ctx); err != nil && t.failure() == nil {
+		return false, err
+	}
 	if err := t.confirm(ctx); err != nil && t.failure() == nil {
 		return false, err
 	}
@@ -373,7 +382,9 @@ func (t *Tx) verify(ctx context.Context) error {
 	return nil
 }
 
-// settleOpaque runs the check of an opaque statement that failed. Such a
+// settleOpaque runs the pending check of an opaque statement: after it
+// failed, and, for one run through a Query form, before the next statement
+// and when fn returns. Such a
 // statement may have ended the transaction before failing (a procedure that
 // commits, or rolls back, and then meets an error or signals one), and its
 // error may be one that Do retries. So when the check savepoint is gone, the
@@ -406,7 +417,10 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 	}
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != erNoSuchSavepoint {
-		if fence.IsConnectionLost(err) && t.settleLost != nil {
+		// sql.ErrTxDone: database/sql ended the transaction when the
+		// caller's ctx ended, dropping its connection.
+		lost := fence.IsConnectionLost(err) || errors.Is(err, sql.ErrTxDone)
+		if lost && t.settleLost != nil {
 			committed, serr := t.settleLost(ctx)
 			switch {
 			case serr == nil && !committed:
@@ -710,10 +724,18 @@ func (t *Tx) PrepareNamed(query string) (*sqlx.NamedStmt, error) {
 // statements that stay inside the transaction. Bound after fn has
 // returned, it fails when used.
 func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	return bindStmt(t, ctx, func(ctx context.Context) *sql.Stmt { return t.Tx.StmtContext(ctx, stmt) })
+}
+
+// bindStmt binds a statement to the transaction with bind and keeps it for
+// finish to close; after fn has returned it binds it on a cancelled ctx, so
+// that it fails when used instead of running in the next caller's relayed
+// transaction.
+func bindStmt[S io.Closer](t *Tx, ctx context.Context, bind func(context.Context) S) S {
 	if t.ended.Load() {
-		return t.Tx.StmtContext(refusedCtx(ctx), stmt) // fails when used
+		return bind(refusedCtx(ctx))
 	}
-	st := t.Tx.StmtContext(ctx, stmt)
+	st := bind(ctx)
 	t.keep(st)
 	return st
 }
@@ -726,12 +748,7 @@ func (t *Tx) Stmt(stmt *sql.Stmt) *sql.Stmt {
 // StmtxContext is StmtContext for a *sql.Stmt or *sqlx.Stmt, returning
 // *sqlx.Stmt.
 func (t *Tx) StmtxContext(ctx context.Context, stmt any) *sqlx.Stmt {
-	if t.ended.Load() {
-		return t.Tx.StmtxContext(refusedCtx(ctx), stmt) // fails when used
-	}
-	st := t.Tx.StmtxContext(ctx, stmt)
-	t.keep(st)
-	return st
+	return bindStmt(t, ctx, func(ctx context.Context) *sqlx.Stmt { return t.Tx.StmtxContext(ctx, stmt) })
 }
 
 // Stmtx is StmtxContext with context.Background.
@@ -741,12 +758,7 @@ func (t *Tx) Stmtx(stmt any) *sqlx.Stmt {
 
 // NamedStmtContext is StmtContext for a *sqlx.NamedStmt.
 func (t *Tx) NamedStmtContext(ctx context.Context, stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
-	if t.ended.Load() {
-		return t.Tx.NamedStmtContext(refusedCtx(ctx), stmt) // fails when used
-	}
-	st := t.Tx.NamedStmtContext(ctx, stmt)
-	t.keep(st)
-	return st
+	return bindStmt(t, ctx, func(ctx context.Context) *sqlx.NamedStmt { return t.Tx.NamedStmtContext(ctx, stmt) })
 }
 
 // NamedStmt is NamedStmtContext with context.Background.

@@ -182,36 +182,58 @@ func TestOpaqueStatementThatCommitsThenFails(t *testing.T) {
 func TestOpaqueStatementEndsThenFailsRetryably(t *testing.T) {
 	for _, h := range []guard.HandOff{guard.HandOffAuto, guard.HandOffAtEnd} {
 		for _, end := range []string{"COMMIT", "ROLLBACK"} {
-			t.Run(h.String()+"/"+end, func(t *testing.T) {
-				e := newEnv(t, envConfig{guard: &guard.Options{HandOff: h}})
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				must(t, e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-				if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE end_then_deadlock(IN a INT) BEGIN IF a = 1 THEN "+end+"; "+
-					"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
-					t.Fatal(err)
-				}
-				attempts := 0
-				err := e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error {
-					attempts = tx.Attempt()
-					if err := increment(ctx, tx, 1); err != nil {
-						return err
-					}
-					_, err := tx.ExecContext(ctx, "CALL end_then_deadlock(?)", tx.Attempt())
-					return err
+			for _, via := range []string{"exec", "query", "queryrow"} {
+				t.Run(h.String()+"/"+end+"/"+via, func(t *testing.T) {
+					testOpaqueStatementEndsThenFailsRetryably(t, h, end, via)
 				})
-				if end == "COMMIT" {
-					if !errors.Is(err, guard.ErrImplicitCommit) || attempts != 1 {
-						t.Fatalf("Do: %v after %d attempts, want ErrImplicitCommit after 1: the first attempt committed", err, attempts)
-					}
-				} else if err != nil || attempts != 2 {
-					t.Fatalf("Do: %v after %d attempts, want nil after 2: the first attempt was rolled back", err, attempts)
-				}
-				if n := e.counter(1); n != 1 {
-					t.Fatalf("counter %d, want 1", n)
-				}
-			})
+			}
 		}
+	}
+}
+
+func testOpaqueStatementEndsThenFailsRetryably(t *testing.T, h guard.HandOff, end, via string) {
+	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: h}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE end_then_deadlock(IN a INT) BEGIN IF a = 1 THEN "+end+"; "+
+		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	err := e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error {
+		attempts = tx.Attempt()
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		switch via {
+		case "exec":
+			_, err := tx.ExecContext(ctx, "CALL end_then_deadlock(?)", tx.Attempt())
+			return err
+		case "query":
+			rows, err := tx.QueryContext(ctx, "CALL end_then_deadlock(?)", tx.Attempt())
+			if err == nil {
+				err = rows.Close()
+			}
+			return err
+		default:
+			var x int
+			err := tx.QueryRowContext(ctx, "CALL end_then_deadlock(?)", tx.Attempt()).Scan(&x)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil // the second attempt: the procedure does nothing
+			}
+			return err
+		}
+	})
+	if end == "COMMIT" {
+		if !errors.Is(err, guard.ErrImplicitCommit) || attempts != 1 {
+			t.Fatalf("Do: %v after %d attempts, want ErrImplicitCommit after 1: the first attempt committed", err, attempts)
+		}
+	} else if err != nil || attempts != 2 {
+		t.Fatalf("Do: %v after %d attempts, want nil after 2: the first attempt was rolled back", err, attempts)
+	}
+	if n := e.counter(1); n != 1 {
+		t.Fatalf("counter %d, want 1", n)
 	}
 }
 
@@ -268,15 +290,10 @@ func TestOpaqueStatementCommitsThenNextHolderClaims(t *testing.T) {
 		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
 		t.Fatal(err)
 	}
-	held, err := e.db.Conn(ctx) // holds the named lock until the next holder has committed
-	must(t, err)
-	defer held.Close()
-	if _, err := held.ExecContext(ctx, "DO GET_LOCK(?, 5)", name); err != nil {
-		t.Fatal(err)
-	}
+	held := holdNamedLock(t, e, name) // until the next holder has committed
 	other := make(chan error, 1)
 	attempts := 0
-	err = e.g.Do(ctx, "next", func(ctx context.Context, tx *guard.Tx) error {
+	err := e.g.Do(ctx, "next", func(ctx context.Context, tx *guard.Tx) error {
 		attempts = tx.Attempt()
 		if err := increment(ctx, tx, 1); err != nil {
 			return err
@@ -314,14 +331,9 @@ func TestOpaqueStatementConnectionLostIsSettled(t *testing.T) {
 		"IF a = 1 THEN DO GET_LOCK(name, 20); END IF; END"); err != nil {
 		t.Fatal(err)
 	}
-	held, err := e.db.Conn(ctx) // makes the first CALL wait until it is killed
-	must(t, err)
-	defer held.Close()
-	if _, err := held.ExecContext(ctx, "DO GET_LOCK(?, 5)", name); err != nil {
-		t.Fatal(err)
-	}
+	holdNamedLock(t, e, name) // makes the first CALL wait until it is killed
 	attempts := 0
-	err = e.g.Do(ctx, "killed", func(ctx context.Context, tx *guard.Tx) error {
+	err := e.g.Do(ctx, "killed", func(ctx context.Context, tx *guard.Tx) error {
 		attempts = tx.Attempt()
 		if err := increment(ctx, tx, 1); err != nil {
 			return err
@@ -352,5 +364,97 @@ func TestOpaqueStatementConnectionLostIsSettled(t *testing.T) {
 	}
 	if n := e.counter(1); n != 1 {
 		t.Fatalf("counter %d, want 1", n)
+	}
+}
+
+// holdNamedLock takes the server's named lock name on a connection of its
+// own, held until the test ends or the returned connection releases it.
+func holdNamedLock(t *testing.T, e *env, name string) *sql.Conn {
+	t.Helper()
+	conn, err := e.db.Conn(context.Background())
+	must(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	var got int
+	if err := conn.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 5)", name).Scan(&got); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK(%q): %d, %v", name, got, err)
+	}
+	return conn
+}
+
+// The caller's ctx ends during an opaque statement that does not commit:
+// database/sql ends the transaction under Tx and drops its connection. The
+// server notices when the statement ends and rolls the transaction back,
+// and the fence row, read on a fresh connection within a second, shows
+// that nothing committed.
+func TestOpaqueStatementCtxEndsIsSettled(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	must(t, e.g.Do(context.Background(), "ctx-ends", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	if _, err := e.db.ExecContext(context.Background(), "CREATE PROCEDURE sleep_briefly() BEGIN DO SLEEP(0.3); END"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := e.g.Do(ctx, "ctx-ends", func(fctx context.Context, tx *guard.Tx) error {
+		if err := increment(fctx, tx, 1); err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.GetContext(fctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+			return err
+		}
+		go func() {
+			// Cancelled once the CALL waits (or after 10 s, when the test
+			// fails anyway).
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				var n int
+				if e.db.GetContext(context.Background(), &n, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+					"WHERE ID = ? AND STATE = 'User sleep'", id) == nil && n == 1 {
+					break
+				}
+			}
+			cancel()
+		}()
+		_, err := tx.ExecContext(fctx, "CALL sleep_briefly()")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, guard.ErrOutcomeUnknown) {
+		t.Fatalf("Do: %v, want context.Canceled and a settled outcome: nothing committed", err)
+	}
+	if n := e.counter(1); n != 0 {
+		t.Fatalf("counter %d, want 0", n)
+	}
+}
+
+// An opaque statement run through a Query form is checked before fn's next
+// statement: one that committed the transaction must not let fn go on
+// outside the fence.
+func TestOpaqueQueryThatCommitsStopsTheNextStatement(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "query-commit", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_quietly() BEGIN COMMIT; SELECT 1; END"); err != nil {
+		t.Fatal(err)
+	}
+	var next error
+	err := e.g.Do(ctx, "query-commit", func(ctx context.Context, tx *guard.Tx) error {
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		var x int
+		if err := tx.QueryRowContext(ctx, "CALL commit_quietly()").Scan(&x); err != nil {
+			return err
+		}
+		_, next = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
+		return nil
+	})
+	if !errors.Is(next, guard.ErrImplicitCommit) {
+		t.Fatalf("statement after the CALL: %v, want it refused with ErrImplicitCommit", next)
+	}
+	if !errors.Is(err, guard.ErrImplicitCommit) {
+		t.Fatalf("Do: %v, want ErrImplicitCommit", err)
+	}
+	if n1, n2 := e.counter(1), e.counter(2); n1 != 1 || n2 != 0 {
+		t.Fatalf("counters %d and %d, want 1 and 0: a write ran outside the fence", n1, n2)
 	}
 }
