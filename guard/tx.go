@@ -58,8 +58,8 @@ import (
 //
 // Tx sees the text of a statement fn prepares (Prepare and its forms) and
 // vets it as above, but not its executions, and an opaque one is checked
-// only up to the next check (the next opaque Exec, or COMMIT): run opaque
-// statements with Exec. Tx sees neither the text nor the executions of a
+// only up to the next check (that of the next opaque statement, or
+// COMMIT's): run opaque statements with Exec. Tx sees neither the text nor the executions of a
 // statement fn binds (Stmt and its forms) or runs through the *sqlx.Tx that
 // Unsafe returns: keep those to statements that stay inside the
 // transaction. Prefer Tx's own methods, and return the errors of the others
@@ -136,6 +136,7 @@ type Tx struct {
 		armed   bool  // the savepoint exists (as far as Tx knows)
 		pending bool  // Do must verify it before COMMIT
 		after   int64 // value of savepoints when it was set
+		query   bool  // pending for an opaque statement run through a Query form (settleQuery)
 	}
 }
 
@@ -319,7 +320,7 @@ func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) 
 	// An opaque statement run through a Query form is checked here, before
 	// the next statement: its own call could not (a *sql.Row reports its
 	// error only to Scan).
-	if err := t.settleOpaque(ctx); err != nil && t.failure() == nil {
+	if err := t.settleQuery(ctx); err != nil && t.failure() == nil {
 		return false, err
 	}
 	if err := t.confirm(ctx); err != nil && t.failure() == nil {
@@ -368,7 +369,7 @@ func (t *Tx) verify(ctx context.Context) error {
 	if !t.check.pending {
 		return nil
 	}
-	t.check.pending, t.check.armed = false, false
+	t.check.pending, t.check.armed, t.check.query = false, false, false
 	_, err := t.Tx.ExecContext(ctx, "RELEASE SAVEPOINT "+checkSavepoint)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == erNoSuchSavepoint {
@@ -380,6 +381,17 @@ func (t *Tx) verify(ctx context.Context) error {
 		return t.observe(fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err))
 	}
 	return nil
+}
+
+// ranOpaqueQuery records that an opaque statement ran through a Query form,
+// whose error the call cannot always see: its check is settled before the
+// next statement (settleQuery). Recorded once the statement has run, so
+// that another goroutine's statement never takes the check from a
+// statement that is still to run.
+func (t *Tx) ranOpaqueQuery() {
+	t.check.Lock()
+	t.check.query = t.check.pending
+	t.check.Unlock()
 }
 
 // settleOpaque runs the pending check of an opaque statement: after it
@@ -408,7 +420,7 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 	if !t.check.pending {
 		return nil
 	}
-	t.check.pending, t.check.armed = false, false
+	t.check.pending, t.check.armed, t.check.query = false, false, false
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleGrace)
 	defer cancel()
 	_, err := t.Tx.ExecContext(sctx, "RELEASE SAVEPOINT "+checkSavepoint)
@@ -464,6 +476,18 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 // have ended, committing what ran before it (see failBatch).
 var errMayHaveEnded = errors.New(implicitCommitNote + ", possibly")
 
+// settleQuery settles the check of an opaque statement run through a Query
+// form, if one is pending; a check armed by Prepare is left to verify.
+func (t *Tx) settleQuery(ctx context.Context) error {
+	t.check.Lock()
+	query := t.check.query
+	t.check.Unlock()
+	if !query {
+		return nil
+	}
+	return t.settleOpaque(ctx)
+}
+
 // failFinally records err as the transaction's failure, replacing a
 // retryable one: the attempt must not run again.
 func (t *Tx) failFinally(err error) error {
@@ -478,7 +502,7 @@ func (t *Tx) rolledBackTo(n int64) {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if t.check.armed && t.check.after >= n {
-		t.check.armed, t.check.pending = false, false
+		t.check.armed, t.check.pending, t.check.query = false, false, false
 	}
 }
 
@@ -552,8 +576,12 @@ func (t *Tx) MustExec(query string, args ...any) sql.Result {
 
 // QueryContext runs query in the transaction; see [Tx] for what is refused.
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return nil, err
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	rows, err := t.Tx.QueryContext(ctx, query, args...)
 	return rows, t.observe(err)
@@ -566,8 +594,12 @@ func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
 
 // QueryxContext is QueryContext returning *sqlx.Rows.
 func (t *Tx) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return nil, err
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	rows, err := t.Tx.QueryxContext(ctx, query, args...)
 	return rows, t.observe(err)
@@ -581,8 +613,12 @@ func (t *Tx) Queryx(query string, args ...any) (*sqlx.Rows, error) {
 // QueryRowContext runs a query expected to return at most one row. A refused
 // statement is not sent, and the row's Scan fails; Do returns the reason.
 func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return t.Tx.QueryRowContext(refusedCtx(ctx), query, args...)
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	row := t.Tx.QueryRowContext(ctx, query, args...)
 	_ = t.observe(row.Err()) // the row's Scan returns the error to fn
@@ -596,8 +632,12 @@ func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
 
 // QueryRowxContext is QueryRowContext returning *sqlx.Row.
 func (t *Tx) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return t.Tx.QueryRowxContext(refusedCtx(ctx), query, args...)
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	row := t.Tx.QueryRowxContext(ctx, query, args...)
 	_ = t.observe(row.Err()) // the row's Scan returns the error to fn
@@ -611,8 +651,12 @@ func (t *Tx) QueryRowx(query string, args ...any) *sqlx.Row {
 
 // GetContext scans one row of query into dest (see sqlx.GetContext).
 func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) error {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return err
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	return t.observe(t.Tx.GetContext(ctx, dest, query, args...))
 }
@@ -624,8 +668,12 @@ func (t *Tx) Get(dest any, query string, args ...any) error {
 
 // SelectContext scans the rows of query into dest (see sqlx.SelectContext).
 func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	if _, err := t.before(ctx, query); err != nil {
+	opaque, err := t.before(ctx, query)
+	if err != nil {
 		return err
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	return t.observe(t.Tx.SelectContext(ctx, dest, query, args...))
 }
@@ -656,8 +704,12 @@ func (t *Tx) NamedExec(query string, arg any) (sql.Result, error) {
 
 // NamedQuery runs a query with named parameters (see sqlx.NamedQuery).
 func (t *Tx) NamedQuery(query string, arg any) (*sqlx.Rows, error) {
-	if _, err := t.before(context.Background(), query); err != nil {
+	opaque, err := t.before(context.Background(), query)
+	if err != nil {
 		return nil, err
+	}
+	if opaque {
+		defer t.ranOpaqueQuery()
 	}
 	rows, err := t.Tx.NamedQuery(query, arg)
 	return rows, t.observe(err)

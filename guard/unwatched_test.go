@@ -458,3 +458,30 @@ func TestOpaqueQueryThatCommitsStopsTheNextStatement(t *testing.T) {
 		t.Fatalf("counters %d and %d, want 1 and 0: a write ran outside the fence", n1, n2)
 	}
 }
+
+// An opaque statement fn prepares keeps its check until COMMIT: statements
+// fn runs between the Prepare and its execution do not take it, so a
+// procedure that commits is still found.
+func TestPreparedOpaqueStatementKeepsItsCheck(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "prepared-call", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_it() BEGIN COMMIT; END"); err != nil {
+		t.Fatal(err)
+	}
+	err := e.g.Do(ctx, "prepared-call", func(ctx context.Context, tx *guard.Tx) error {
+		st, err := tx.PrepareContext(ctx, "CALL commit_it()")
+		if err != nil {
+			return err
+		}
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		_, err = st.ExecContext(ctx)
+		return err
+	})
+	if !errors.Is(err, guard.ErrImplicitCommit) {
+		t.Fatalf("Do: %v, want ErrImplicitCommit: the prepared CALL committed the transaction", err)
+	}
+}
