@@ -512,13 +512,18 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			}
 			continue
 		}
-		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
 		if rep.err != nil || tx.failure() != nil {
 			// An opaque statement run through a Query form may have ended
 			// the transaction before failing: never rerun work that
 			// committed.
 			_ = tx.settleOpaque(r.ctx)
 		}
+		if rep.err != nil && tx.failure() == nil {
+			// fn's error may be that of a statement Tx does not see, which
+			// rolled the transaction back before fn ran more of them.
+			_ = tx.confirm(r.ctx)
+		}
+		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
 		if f := tx.failure(); f != nil {
 			if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {
 				// fn's own error is returned as it is, never retried; the
@@ -610,8 +615,8 @@ func (r *batchRun) failBatch(open, ran []*member, causer *member, ferr error) {
 		case m == causer:
 			err = ferr
 			r.g.batches.mu.Lock()
-			if fe := m.fnErr; fe != nil && !errors.Is(fe, ferr) {
-				err = errors.Join(ferr, fe)
+			if fe := m.fnErr; fe != nil {
+				err = withStatementErr(ferr, fe)
 			}
 			r.g.batches.mu.Unlock()
 		case contains(ran, m) && ended:

@@ -64,9 +64,9 @@
 // row or, with [HandOffAtEnd], while fn ran; rolled back),
 // [ErrNotCommitted] (the transaction is known not to have committed: safe to
 // retry), [ErrOutcomeUnknown] (the connection died during COMMIT and the
-// outcome could not be settled, or the server rolled the transaction back
-// on an error of a statement fn prepared, bound or ran through Unsafe,
-// which statements of that kind may have outlived; see [Tx]), [ErrReentry] (a nested call on a held key
+// outcome could not be settled, or a statement [Tx] does not see, or an
+// opaque one, may have left work applied outside the fence; see [Tx]),
+// [ErrReentry] (a nested call on a held key
 // through a Guard with another database or Locker), errors of fn, of the lock
 // and of the database, and input errors ([ErrNilFunc], [ErrInvalidKey],
 // [ErrInvalidGuard], [ErrNilContext]) returned before anything is touched.

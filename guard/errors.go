@@ -47,11 +47,14 @@ var (
 	// ErrOutcomeUnknown is returned when the connection died during COMMIT
 	// and Do could not find out whether the transaction committed (the
 	// database stayed unreachable, or a newer holder claimed the key before
-	// the check), and when the server rolled the transaction back on an
-	// error of a statement fn prepared, bound or ran through Unsafe, which
-	// [Tx] does not see:
-	// statements of that kind that ran after the rollback may have applied,
-	// outside the fence. Check the data before retrying.
+	// the check); when the server rolled the transaction back on an error
+	// of a statement fn prepared, bound or ran through Unsafe, which [Tx]
+	// does not see (statements of that kind that ran after the rollback may
+	// have applied, outside the fence); and when an opaque statement (CALL
+	// and the like) may have ended the transaction and neither the check
+	// savepoint nor the fence row can tell (see [Tx]). Check the data
+	// before retrying. It never wraps an error that fence.Retryable or
+	// fence.IsConnectionLost accepts.
 	ErrOutcomeUnknown = errors.New("guard: commit outcome unknown")
 
 	// ErrTxManaged is returned by [Tx.Commit] and [Tx.Rollback]: Do commits

@@ -496,8 +496,13 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		// transaction before failing: never retry work that committed.
 		_ = tx.settleOpaque(ctx)
 	}
+	if ferr != nil && tx.failure() == nil {
+		// fn's error may be that of a statement Tx does not see, which
+		// rolled the transaction back before fn ran more of them.
+		_ = tx.confirm(ctx)
+	}
 	if f := tx.failure(); f != nil && ferr != nil && fctx != lctx &&
-		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.err && ctx.Err() == nil {
+		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.first && ctx.Err() == nil {
 		// fn stopped because its ctx ended with the transaction.
 		ferr = f.err
 	}
@@ -515,10 +520,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		// key), is returned as it is, whatever its class.
 		switch {
 		case !f.retry:
-			if ferr != nil && !errors.Is(ferr, f.err) {
-				return false, errors.Join(f.err, ferr)
-			}
-			return false, f.err
+			return false, withStatementErr(f.err, ferr)
 		case ferr != nil && !errors.Is(ferr, f.err):
 			return false, g.lostOr(lctx, ferr)
 		default:

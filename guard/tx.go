@@ -62,10 +62,10 @@ import (
 // COMMIT's): run opaque statements with Exec. Tx sees neither the text nor the executions of a
 // statement fn binds (Stmt and its forms) or runs through the *sqlx.Tx that
 // Unsafe returns: keep those to statements that stay inside the
-// transaction. Prefer Tx's own methods, and return the errors of the others
-// from fn (Do returns such an error as it is: it does not run the attempt
-// again). Once fn holds such a statement, every later statement through Tx,
-// and COMMIT, first reads the fence row (a round trip, two without
+// transaction. Prefer Tx's own methods: Do runs the attempt again after a
+// deadlock of theirs, never after one of the others. Once fn holds such a
+// statement, every later statement through Tx, COMMIT, and Do when fn
+// returns an error first read the fence row (a round trip, two without
 // interpolateParams) to check that the server has not rolled the
 // transaction back on an error Tx did not see. If it has, that statement is
 // refused and Do returns an error wrapping [ErrOutcomeUnknown]: the fenced
@@ -142,7 +142,8 @@ type Tx struct {
 
 type txFailure struct {
 	err   error
-	retry bool // the server rolled back: running the attempt again is safe
+	retry bool  // the server rolled back: running the attempt again is safe
+	first error // the failure onFail was told of (err, unless failFinally replaced it)
 }
 
 const checkSavepoint = "redfence_check"
@@ -177,7 +178,7 @@ func (t *Tx) Rollback() error { return ErrTxManaged }
 // fail records the failure that makes the transaction unusable; the first
 // one wins.
 func (t *Tx) fail(err error, retry bool) {
-	if t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry}) && t.onFail != nil {
+	if t.failed.CompareAndSwap(nil, &txFailure{err: err, retry: retry, first: err}) && t.onFail != nil {
 		t.onFail(err)
 		if f := t.memberFail.Load(); f != nil {
 			(*f)(err)
@@ -364,23 +365,7 @@ func (t *Tx) verify(ctx context.Context) error {
 	if err := t.confirm(ctx); err != nil {
 		return err
 	}
-	t.check.Lock()
-	defer t.check.Unlock()
-	if !t.check.pending {
-		return nil
-	}
-	t.check.pending, t.check.armed, t.check.query = false, false, false
-	_, err := t.Tx.ExecContext(ctx, "RELEASE SAVEPOINT "+checkSavepoint)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erNoSuchSavepoint {
-		err = fmt.Errorf("%w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence", ErrImplicitCommit, implicitCommitNote)
-		t.fail(err, false)
-		return err
-	}
-	if err != nil {
-		return t.observe(fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err))
-	}
-	return nil
+	return t.settleOpaque(ctx)
 }
 
 // ranOpaqueQuery records that an opaque statement ran through a Query form,
@@ -421,8 +406,12 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 		return nil
 	}
 	t.check.pending, t.check.armed, t.check.query = false, false, false
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleGrace)
-	defer cancel()
+	sctx := ctx
+	if ctx.Err() != nil {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleGrace)
+		defer cancel()
+		sctx = c
+	}
 	_, err := t.Tx.ExecContext(sctx, "RELEASE SAVEPOINT "+checkSavepoint)
 	if err == nil {
 		return nil // still open: the error was the statement's own
@@ -438,26 +427,26 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 			case serr == nil && !committed:
 				return nil // the server rolled it back with the connection
 			case serr == nil:
-				return t.failFinally(fmt.Errorf("%w: %s; what it wrote before that committed with the claim",
-					ErrImplicitCommit, implicitCommitNote))
+				return t.failFinally(fmt.Errorf("guard: %q: %w: %s; what it wrote before that committed with the claim",
+					t.key, ErrImplicitCommit, implicitCommitNote))
 			}
 			err = fmt.Errorf("%v (settling: %v)", err, serr)
 		}
-		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran failed and may have ended the transaction "+
-			"(%w), and checking it failed: %v", t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
+		return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and checking the transaction failed: %v",
+			t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
 	}
 	f, err := fence.Lookup(sctx, t.Tx, t.resource)
 	switch {
 	case err == nil && f.OpID == t.opID:
-		return t.failFinally(fmt.Errorf("%w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence",
-			ErrImplicitCommit, implicitCommitNote))
+		return t.failFinally(fmt.Errorf("guard: %q: %w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence",
+			t.key, ErrImplicitCommit, implicitCommitNote))
 	case err == nil && f.Token > t.token:
 		// A newer holder has claimed the key since: the row no longer tells.
-		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran ended the transaction (%w), "+
-			"and %w (token %d, ours %d)", t.key, ErrOutcomeUnknown, errMayHaveEnded, errUnsettled, f.Token, t.token))
+		return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and %w (token %d, ours %d)",
+			t.key, ErrOutcomeUnknown, errMayHaveEnded, errUnsettled, f.Token, t.token))
 	case err != nil && !errors.Is(err, fence.ErrNoFence):
-		return t.failFinally(fmt.Errorf("guard: %q: %w: a statement fn ran ended the transaction (%w), "+
-			"and reading the fence row failed: %v", t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
+		return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and reading the fence row failed: %v",
+			t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
 	}
 	// Rolled back.
 	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
@@ -474,7 +463,7 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 
 // errMayHaveEnded marks an outcome error for a transaction a statement may
 // have ended, committing what ran before it (see failBatch).
-var errMayHaveEnded = errors.New(implicitCommitNote + ", possibly")
+var errMayHaveEnded = errors.New("an opaque statement fn ran (CALL or the like) may have ended the fenced transaction")
 
 // settleQuery settles the check of an opaque statement run through a Query
 // form, if one is pending; a check armed by Prepare is left to verify.
@@ -488,12 +477,27 @@ func (t *Tx) settleQuery(ctx context.Context) error {
 	return t.settleOpaque(ctx)
 }
 
-// failFinally records err as the transaction's failure, replacing a
-// retryable one: the attempt must not run again.
+// failFinally records err as the transaction's failure, replacing any
+// recorded one (a retryable one above all): the attempt must not run again.
 func (t *Tx) failFinally(err error) error {
 	t.fail(err, false)
-	t.failed.Store(&txFailure{err: err})
+	first := t.failed.Load().first
+	t.failed.Store(&txFailure{err: err, first: first})
 	return err
+}
+
+// withStatementErr returns outcome, an error Do may return as its verdict,
+// with err (a statement's or fn's) attached. err keeps its identity for
+// errors.Is, unless it would make the verdict look like a deadlock or a lost
+// connection to a caller that retries on those: then it is attached as text.
+func withStatementErr(outcome, err error) error {
+	if err == nil || errors.Is(err, outcome) {
+		return outcome
+	}
+	if fence.Retryable(err) || fence.IsConnectionLost(err) {
+		return fmt.Errorf("%w (%v)", outcome, err)
+	}
+	return errors.Join(outcome, err)
 }
 
 // rolledBackTo tells Tx that the nested savepoint number n was rolled back
@@ -513,7 +517,10 @@ func (t *Tx) afterExec(ctx context.Context, opaque bool, err error) error {
 		err = t.observe(err)
 		if opaque {
 			if verr := t.settleOpaque(ctx); verr != nil {
-				return errors.Join(err, verr)
+				if f := t.failure(); f != nil && f.retry {
+					return err // rolled back: the statement's own error stands, and Do runs the attempt again
+				}
+				return withStatementErr(verr, err)
 			}
 		}
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/redislock"
 )
@@ -22,7 +23,7 @@ import (
 // applied: such statements may have run after the rollback, on their own.
 func TestUnwatchedStatementRollbackIsCaught(t *testing.T) {
 	for _, bind := range []string{"prepare", "stmt", "unsafe"} {
-		for _, then := range []string{"statement", "return"} {
+		for _, then := range []string{"statement", "return", "return-error"} {
 			t.Run(bind+"/"+then, func(t *testing.T) {
 				testUnwatchedStatementRollbackIsCaught(t, bind, then, 0)
 			})
@@ -75,8 +76,11 @@ func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, max
 			return err
 		}
 		_, conflict = exec(ctx, n+1) // fn treats it as best effort and goes on
-		if then == "statement" {
+		switch then {
+		case "statement":
 			_, next = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
+		case "return-error":
+			return conflict // Do cannot tell whether fn ran more of them after it
 		}
 		return nil
 	})
@@ -89,6 +93,9 @@ func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, max
 	}
 	if !errors.Is(err, guard.ErrOutcomeUnknown) || errors.Is(err, guard.ErrNotCommitted) {
 		t.Fatalf("Do: %v, want ErrOutcomeUnknown (not ErrNotCommitted): the transaction had been rolled back", err)
+	}
+	if fence.Retryable(err) || fence.IsConnectionLost(err) {
+		t.Fatalf("Do: %v looks retryable to a caller", err)
 	}
 	if n1, n2 := e.counter(1), e.counter(2); n1 != 10 || n2 != 0 {
 		t.Fatalf("counters %d and %d, want 10 and 0: a write ran outside the fence", n1, n2)
@@ -228,6 +235,9 @@ func testOpaqueStatementEndsThenFailsRetryably(t *testing.T, h guard.HandOff, en
 	if end == "COMMIT" {
 		if !errors.Is(err, guard.ErrImplicitCommit) || attempts != 1 {
 			t.Fatalf("Do: %v after %d attempts, want ErrImplicitCommit after 1: the first attempt committed", err, attempts)
+		}
+		if fence.Retryable(err) || fence.IsConnectionLost(err) {
+			t.Fatalf("Do: %v looks retryable to a caller, though the attempt committed", err)
 		}
 	} else if err != nil || attempts != 2 {
 		t.Fatalf("Do: %v after %d attempts, want nil after 2: the first attempt was rolled back", err, attempts)
