@@ -414,6 +414,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		g.rollback(ctx, stx)
 		f := tx.failure()
 		if f != nil && f.retry {
+			r.unran(open) // rolled back: every member with work in it runs again
 			return lctx.Err() == nil, g.lostOr(lctx, err)
 		}
 		if f != nil {
@@ -516,7 +517,7 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			// An opaque statement run through a Query form may have ended
 			// the transaction before failing: never rerun work that
 			// committed.
-			_ = tx.settleOpaque(r.ctx)
+			_ = tx.settleOpaque(r.ctx, true)
 		}
 		if rep.err != nil && tx.failure() == nil {
 			// fn's error may be that of a statement Tx does not see, which

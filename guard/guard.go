@@ -494,7 +494,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if ferr != nil || tx.failure() != nil {
 		// An opaque statement run through a Query form may have ended the
 		// transaction before failing: never retry work that committed.
-		_ = tx.settleOpaque(ctx)
+		_ = tx.settleOpaque(ctx, true)
 	}
 	if ferr != nil && tx.failure() == nil {
 		// fn's error may be that of a statement Tx does not see, which

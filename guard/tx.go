@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
@@ -306,6 +307,10 @@ func (t *Tx) confirm(ctx context.Context) error {
 // errors.
 var errUnwatched = errors.New("an error of a statement prepared in fn, bound with Stmt or run through Unsafe, which Tx does not see")
 
+// checkTimeout bounds a check of the transaction when fn's ctx has no
+// deadline.
+const checkTimeout = 10 * time.Second
+
 const (
 	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
 	implicitCommitNote = "a statement in fn ended the fenced transaction"
@@ -357,15 +362,15 @@ func (t *Tx) arm(ctx context.Context) error {
 	return nil
 }
 
-// verify checks that the check savepoint, if set, still exists, that is,
-// that no statement ended the transaction since it was set. It is called
-// after an opaque Exec, after each member of a batch and by Do before
-// COMMIT.
+// verify settles the check of an opaque statement that succeeded, if one is
+// pending (settleOpaque), then reads the fence row if Tx must (confirm). It
+// is called after an opaque Exec, after each member of a batch and by Do
+// before COMMIT.
 func (t *Tx) verify(ctx context.Context) error {
-	if err := t.confirm(ctx); err != nil {
+	if err := t.settleOpaque(ctx, false); err != nil {
 		return err
 	}
-	return t.settleOpaque(ctx)
+	return t.confirm(ctx)
 }
 
 // ranOpaqueQuery records that an opaque statement ran through a Query form,
@@ -380,8 +385,8 @@ func (t *Tx) ranOpaqueQuery() {
 }
 
 // settleOpaque runs the pending check of an opaque statement: after it
-// failed, and, for one run through a Query form, before the next statement
-// and when fn returns. Such a
+// failed (failed), after it succeeded (verify), and, for one run through a
+// Query form, before the next statement and when fn returns. Such a
 // statement may have ended the transaction before failing (a procedure that
 // commits, or rolls back, and then meets an error or signals one), and its
 // error may be one that Do retries. So when the check savepoint is gone, the
@@ -399,19 +404,24 @@ func (t *Tx) ranOpaqueQuery() {
 // destroyed the check savepoint without ending it (a ROLLBACK TO a
 // savepoint of fn's set before it); that reads as a commit, and fails the
 // attempt for good all the same.
-func (t *Tx) settleOpaque(ctx context.Context) error {
+func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 	t.check.Lock()
 	defer t.check.Unlock()
 	if !t.check.pending {
 		return nil
 	}
 	t.check.pending, t.check.armed, t.check.query = false, false, false
-	sctx := ctx
-	if ctx.Err() != nil {
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleGrace)
-		defer cancel()
-		sctx = c
+	// Not cut short by fn's ctx ending (a failure of the transaction, a lost
+	// lock ends it): bounded by its deadline, if any, and settleGrace.
+	bound := checkTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		bound = max(time.Until(dl), 0)
 	}
+	if ctx.Err() != nil {
+		bound = 0
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound+settleGrace)
+	defer cancel()
 	_, err := t.Tx.ExecContext(sctx, "RELEASE SAVEPOINT "+checkSavepoint)
 	if err == nil {
 		return nil // still open: the error was the statement's own
@@ -425,7 +435,13 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 			committed, serr := t.settleLost(ctx)
 			switch {
 			case serr == nil && !committed:
-				return nil // the server rolled it back with the connection
+				// The server rolled it back with the connection: as any
+				// lost connection, the attempt may run again.
+				lerr := fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err)
+				if t.failure() == nil {
+					t.fail(lerr, true)
+				}
+				return lerr
 			case serr == nil:
 				return t.failFinally(fmt.Errorf("guard: %q: %w: %s; what it wrote before that committed with the claim",
 					t.key, ErrImplicitCommit, implicitCommitNote))
@@ -449,6 +465,12 @@ func (t *Tx) settleOpaque(ctx context.Context) error {
 			t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
 	}
 	// Rolled back.
+	if !failed {
+		// By a statement that then went on: what it ran after that ran
+		// outside the fence.
+		return t.failFinally(fmt.Errorf("guard: %q: %w: %s (rolled it back); what ran after that ran outside the fence",
+			t.key, ErrImplicitCommit, implicitCommitNote))
+	}
 	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
 	if t.unwatched.Load() {
 		rerr = fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back, and statements Tx does not see "+
@@ -474,7 +496,7 @@ func (t *Tx) settleQuery(ctx context.Context) error {
 	if !query {
 		return nil
 	}
-	return t.settleOpaque(ctx)
+	return t.settleOpaque(ctx, true)
 }
 
 // failFinally records err as the transaction's failure, replacing any
@@ -516,7 +538,7 @@ func (t *Tx) afterExec(ctx context.Context, opaque bool, err error) error {
 	if err != nil {
 		err = t.observe(err)
 		if opaque {
-			if verr := t.settleOpaque(ctx); verr != nil {
+			if verr := t.settleOpaque(ctx, true); verr != nil {
 				if f := t.failure(); f != nil && f.retry {
 					return err // rolled back: the statement's own error stands, and Do runs the attempt again
 				}

@@ -495,3 +495,30 @@ func TestPreparedOpaqueStatementKeepsItsCheck(t *testing.T) {
 		t.Fatalf("Do: %v, want ErrImplicitCommit: the prepared CALL committed the transaction", err)
 	}
 }
+
+// A procedure that rolls the transaction back and then goes on without an
+// error: what it ran after the rollback ran outside the fence, so Do must
+// not say that nothing applied.
+func TestOpaqueStatementThatRollsBackAndGoesOn(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "rollback-on", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE rollback_then_write() BEGIN ROLLBACK; "+
+		"UPDATE counters SET n = n + 100 WHERE id = 2; END"); err != nil {
+		t.Fatal(err)
+	}
+	err := e.g.Do(ctx, "rollback-on", func(ctx context.Context, tx *guard.Tx) error {
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "CALL rollback_then_write()")
+		return err
+	})
+	if !errors.Is(err, guard.ErrImplicitCommit) || errors.Is(err, guard.ErrNotCommitted) {
+		t.Fatalf("Do: %v, want ErrImplicitCommit (not ErrNotCommitted): the procedure wrote after its rollback", err)
+	}
+	if n1, n2 := e.counter(1), e.counter(2); n1 != 0 || n2 != 100 {
+		t.Fatalf("counters %d and %d, want 0 and 100", n1, n2)
+	}
+}
