@@ -513,17 +513,7 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			}
 			continue
 		}
-		if rep.err != nil || tx.failure() != nil {
-			// An opaque statement run through a Query form may have ended
-			// the transaction before failing: never rerun work that
-			// committed.
-			_ = tx.settleOpaque(r.ctx, true)
-		}
-		if rep.err != nil && tx.failure() == nil {
-			// fn's error may be that of a statement Tx does not see, which
-			// rolled the transaction back before fn ran more of them.
-			_ = tx.confirm(r.ctx)
-		}
+		tx.settleAfterFn(r.ctx, rep.err)
 		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
 		if f := tx.failure(); f != nil {
 			if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {

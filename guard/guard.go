@@ -491,16 +491,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	sctx := withScope(fctx, &scope{g: g, key: key, tx: tx})
 	fstart := tr.now()
 	ferr := fn(sctx, tx)
-	if ferr != nil || tx.failure() != nil {
-		// An opaque statement run through a Query form may have ended the
-		// transaction before failing: never retry work that committed.
-		_ = tx.settleOpaque(ctx, true)
-	}
-	if ferr != nil && tx.failure() == nil {
-		// fn's error may be that of a statement Tx does not see, which
-		// rolled the transaction back before fn ran more of them.
-		_ = tx.confirm(ctx)
-	}
+	tx.settleAfterFn(ctx, ferr)
 	if f := tx.failure(); f != nil && ferr != nil && fctx != lctx &&
 		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.first && ctx.Err() == nil {
 		// fn stopped because its ctx ended with the transaction.

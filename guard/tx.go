@@ -443,8 +443,7 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 				}
 				return lerr
 			case serr == nil:
-				return t.failFinally(fmt.Errorf("guard: %q: %w: %s; what it wrote before that committed with the claim",
-					t.key, ErrImplicitCommit, implicitCommitNote))
+				return t.failFinally(t.endedErr("what it wrote before that committed with the claim"))
 			}
 			err = fmt.Errorf("%v (settling: %v)", err, serr)
 		}
@@ -454,8 +453,7 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 	f, err := fence.Lookup(sctx, t.Tx, t.resource)
 	switch {
 	case err == nil && f.OpID == t.opID:
-		return t.failFinally(fmt.Errorf("guard: %q: %w: %s; what it wrote before that committed with the claim, what ran after it ran outside the fence",
-			t.key, ErrImplicitCommit, implicitCommitNote))
+		return t.failFinally(t.endedErr("what it wrote before that committed with the claim, what ran after it ran outside the fence"))
 	case err == nil && f.Token > t.token:
 		// A newer holder has claimed the key since: the row no longer tells.
 		return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and %w (token %d, ours %d)",
@@ -468,8 +466,7 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 	if !failed {
 		// By a statement that then went on: what it ran after that ran
 		// outside the fence.
-		return t.failFinally(fmt.Errorf("guard: %q: %w: %s (rolled it back); what ran after that ran outside the fence",
-			t.key, ErrImplicitCommit, implicitCommitNote))
+		return t.failFinally(t.endedErr("it rolled it back; what ran after that ran outside the fence"))
 	}
 	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
 	if t.unwatched.Load() {
@@ -481,6 +478,12 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 		t.fail(rerr, false)
 	}
 	return rerr
+}
+
+// endedErr is the failure of a transaction a statement of fn ended, with
+// what that means for fn's work.
+func (t *Tx) endedErr(meaning string) error {
+	return fmt.Errorf("guard: %q: %w: %s; %s", t.key, ErrImplicitCommit, implicitCommitNote, meaning)
 }
 
 // errMayHaveEnded marks an outcome error for a transaction a statement may
@@ -497,6 +500,21 @@ func (t *Tx) settleQuery(ctx context.Context) error {
 		return nil
 	}
 	return t.settleOpaque(ctx, true)
+}
+
+// settleAfterFn settles, once fn has returned with fnErr, what its own calls
+// could not: the check of an opaque statement run through a Query form
+// that failed (it may have ended the transaction first: never run work that
+// committed again), and, when fnErr is not the transaction's own failure,
+// whether it was an error of a statement Tx does not see that rolled the
+// transaction back before fn ran more of them.
+func (t *Tx) settleAfterFn(ctx context.Context, fnErr error) {
+	if fnErr != nil || t.failure() != nil {
+		_ = t.settleOpaque(ctx, true)
+	}
+	if fnErr != nil && t.failure() == nil {
+		_ = t.confirm(ctx)
+	}
 }
 
 // failFinally records err as the transaction's failure, replacing any
