@@ -35,10 +35,7 @@ func TestUnwatchedStatementRollbackIsCaught(t *testing.T) {
 }
 
 func testUnwatchedStatementRollbackIsCaught(t *testing.T, bind, then string, maxBatch int) {
-	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "unwatched", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	e, ctx := fencedEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}}, "unwatched")
 	dbStmt, err := e.db.PrepareContext(ctx, "UPDATE counters SET n = ? WHERE id = 1")
 	if err != nil {
 		t.Fatal(err)
@@ -134,14 +131,8 @@ func TestUnwatchedStatementsCommit(t *testing.T) {
 func TestOpaqueStatementThatCommitsThenFails(t *testing.T) {
 	for _, maxBatch := range []int{0, 8} {
 		t.Run(fmt.Sprintf("MaxBatch=%d", maxBatch), func(t *testing.T) {
-			e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			must(t, e.g.Do(ctx, "commit-fail", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-			if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_then_fail() BEGIN COMMIT; "+
-				"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'after commit'; END"); err != nil {
-				t.Fatal(err)
-			}
+			e, ctx := fencedEnv(t, envConfig{guard: &guard.Options{MaxBatch: maxBatch}}, "commit-fail", "CREATE PROCEDURE commit_then_fail() BEGIN COMMIT; "+
+				"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'after commit'; END")
 			var next error
 			failing := func(ctx context.Context, tx *guard.Tx) error {
 				_, err := tx.ExecContext(ctx, "CALL commit_then_fail()")
@@ -199,14 +190,8 @@ func TestOpaqueStatementEndsThenFailsRetryably(t *testing.T) {
 }
 
 func testOpaqueStatementEndsThenFailsRetryably(t *testing.T, h guard.HandOff, end, via string) {
-	e := newEnv(t, envConfig{guard: &guard.Options{HandOff: h}})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE end_then_deadlock(IN a INT) BEGIN IF a = 1 THEN "+end+"; "+
-		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END"); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := fencedEnv(t, envConfig{guard: &guard.Options{HandOff: h}}, "end-deadlock", "CREATE PROCEDURE end_then_deadlock(IN a INT) BEGIN IF a = 1 THEN "+end+"; "+
+		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'deadlock'; END IF; END")
 	attempts := 0
 	err := e.g.Do(ctx, "end-deadlock", func(ctx context.Context, tx *guard.Tx) error {
 		attempts = tx.Attempt()
@@ -290,10 +275,7 @@ func TestUnwatchedRollbackThenLockLost(t *testing.T) {
 // shows the newer claim, so it cannot tell whether the attempt committed.
 // Do must neither run the attempt again nor say nothing applied.
 func TestOpaqueStatementCommitsThenNextHolderClaims(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "next", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	e, ctx := fencedEnv(t, envConfig{}, "next")
 	name := e.prefix + ":next"
 	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_wait_fail(IN a INT, IN name VARCHAR(200)) BEGIN "+
 		"IF a = 1 THEN COMMIT; DO GET_LOCK(name, 20); DO RELEASE_LOCK(name); "+
@@ -332,10 +314,7 @@ func TestOpaqueStatementCommitsThenNextHolderClaims(t *testing.T) {
 // A connection lost during an opaque statement that did not commit is
 // settled on a fresh connection, as a lost COMMIT is: the attempt runs again.
 func TestOpaqueStatementConnectionLostIsSettled(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "killed", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+	e, ctx := fencedEnv(t, envConfig{}, "killed")
 	name := e.prefix + ":killed"
 	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE wait_named(IN a INT, IN name VARCHAR(200)) BEGIN "+
 		"IF a = 1 THEN DO GET_LOCK(name, 20); END IF; END"); err != nil {
@@ -439,13 +418,7 @@ func TestOpaqueStatementCtxEndsIsSettled(t *testing.T) {
 // statement: one that committed the transaction must not let fn go on
 // outside the fence.
 func TestOpaqueQueryThatCommitsStopsTheNextStatement(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "query-commit", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_quietly() BEGIN COMMIT; SELECT 1; END"); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := fencedEnv(t, envConfig{}, "query-commit", "CREATE PROCEDURE commit_quietly() BEGIN COMMIT; SELECT 1; END")
 	var next error
 	err := e.g.Do(ctx, "query-commit", func(ctx context.Context, tx *guard.Tx) error {
 		if err := increment(ctx, tx, 1); err != nil {
@@ -473,13 +446,7 @@ func TestOpaqueQueryThatCommitsStopsTheNextStatement(t *testing.T) {
 // fn runs between the Prepare and its execution do not take it, so a
 // procedure that commits is still found.
 func TestPreparedOpaqueStatementKeepsItsCheck(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "prepared-call", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE commit_it() BEGIN COMMIT; END"); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := fencedEnv(t, envConfig{}, "prepared-call", "CREATE PROCEDURE commit_it() BEGIN COMMIT; END")
 	err := e.g.Do(ctx, "prepared-call", func(ctx context.Context, tx *guard.Tx) error {
 		st, err := tx.PrepareContext(ctx, "CALL commit_it()")
 		if err != nil {
@@ -500,14 +467,8 @@ func TestPreparedOpaqueStatementKeepsItsCheck(t *testing.T) {
 // error: what it ran after the rollback ran outside the fence, so Do must
 // not say that nothing applied.
 func TestOpaqueStatementThatRollsBackAndGoesOn(t *testing.T) {
-	e := newEnv(t, envConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	must(t, e.g.Do(ctx, "rollback-on", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
-	if _, err := e.db.ExecContext(ctx, "CREATE PROCEDURE rollback_then_write() BEGIN ROLLBACK; "+
-		"UPDATE counters SET n = n + 100 WHERE id = 2; END"); err != nil {
-		t.Fatal(err)
-	}
+	e, ctx := fencedEnv(t, envConfig{}, "rollback-on", "CREATE PROCEDURE rollback_then_write() BEGIN ROLLBACK; "+
+		"UPDATE counters SET n = n + 100 WHERE id = 2; END")
 	err := e.g.Do(ctx, "rollback-on", func(ctx context.Context, tx *guard.Tx) error {
 		if err := increment(ctx, tx, 1); err != nil {
 			return err
@@ -521,4 +482,20 @@ func TestOpaqueStatementThatRollsBackAndGoesOn(t *testing.T) {
 	if n1, n2 := e.counter(1), e.counter(2); n1 != 0 || n2 != 100 {
 		t.Fatalf("counters %d and %d, want 0 and 100", n1, n2)
 	}
+}
+
+// fencedEnv returns a test env whose key already has its fence row, with
+// procedures created, and a ctx bounded for the test.
+func fencedEnv(t *testing.T, cfg envConfig, key string, procedures ...string) (*env, context.Context) {
+	t.Helper()
+	e := newEnv(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	must(t, e.g.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error { return nil }))
+	for _, p := range procedures {
+		if _, err := e.db.ExecContext(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, ctx
 }
