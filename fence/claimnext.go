@@ -28,8 +28,10 @@ func claimNextQuery(resource, owner, opID string) string {
 // ClaimNext claims the fence of resource with a token the database mints
 // itself, for callers that hold no lock token (see guard's database
 // fallback): max(the stored token + 1, the database server's clock in µs).
-// The claim is always accepted and the token returned is above every token
-// the row accepted before, so tokens keep growing across claims made with
+// The claim is accepted unless the row already holds the largest token,
+// 2^64-1 (the server then refuses the statement with an out-of-range
+// error), and the token returned is above every token the row accepted
+// before, so tokens keep growing across claims made with
 // [Claim] (tokens from Redis follow the same clock rule) and with ClaimNext.
 //
 // Like [Claim], it must be the first statement of the transaction, and the
@@ -81,11 +83,16 @@ func claimNext(ctx context.Context, tx Querier, resource, owner, opID string, ex
 	if err != nil {
 		return 0, fmt.Errorf("fence: claim next %q: %w", resource, err)
 	}
+	// The OK packet carries the last-insert-id as an unsigned 64-bit
+	// integer, and the driver hands its bits over as an int64: tokens at or
+	// above 2^63 come back negative and are read back unsigned, as Claim
+	// and Redis allow tokens up to 2^64-1.
+	tok := uint64(id)
 	switch {
-	case id == 0 && existing: // no row matched: the assignments never ran
+	case tok == 0 && existing: // no row matched: the assignments never ran
 		return 0, fmt.Errorf("%w: claim next %q", ErrNoFence, resource)
-	case id <= 2: // 0: LAST_INSERT_ID(expr) ignored; never below the clock otherwise
-		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatInt(id, 10))
+	case tok <= 2: // 0: LAST_INSERT_ID(expr) ignored; never below the clock otherwise
+		return 0, fmt.Errorf("%w: claim next %q answered %s", ErrUnexpected, resource, strconv.FormatUint(tok, 10))
 	}
-	return uint64(id), nil
+	return tok, nil
 }

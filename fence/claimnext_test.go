@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -114,9 +115,11 @@ func TestClaimNextBadInput(t *testing.T) {
 }
 
 // ClaimNextExisting reads 0 as no row matched and any other answer below the
-// clock as unexpected: never a token.
+// clock as unexpected: never a token. The answer is an unsigned 64-bit
+// integer whose bits the driver passes as an int64: a negative one is a
+// token at or above 2^63.
 func TestClaimNextExistingFailsSafe(t *testing.T) {
-	for _, answer := range []int64{0, 1, 2, -1} {
+	for _, answer := range []int64{0, 1, 2} {
 		tok, err := fence.ClaimNextExisting(context.Background(), fakeTx{answer}, "r", "o", "")
 		want := fence.ErrUnexpected
 		if answer == 0 {
@@ -126,7 +129,48 @@ func TestClaimNextExistingFailsSafe(t *testing.T) {
 			t.Errorf("answer %d: token %d, %v; want 0, %v", answer, tok, err, want)
 		}
 	}
-	if tok, err := fence.ClaimNextExisting(context.Background(), fakeTx{1 << 50}, "r", "o", ""); err != nil || tok != 1<<50 {
-		t.Errorf("answer 1<<50: %d, %v", tok, err)
+	for answer, want := range map[int64]uint64{1 << 50: 1 << 50, math.MinInt64: 1 << 63, -1: math.MaxUint64} {
+		if tok, err := fence.ClaimNextExisting(context.Background(), fakeTx{answer}, "r", "o", ""); err != nil || tok != want {
+			t.Errorf("answer %d: %d, %v; want %d", answer, tok, err, want)
+		}
+	}
+}
+
+// Tokens run up to 2^64-1, as in Redis mode and RaiseTokenFloor: a row at or
+// above 2^63 is claimed with the next token, the row's largest token is
+// minted too, and a row already there is refused by the server, never
+// claimed with a token that is not above it.
+func TestClaimNextAboveInt64(t *testing.T) {
+	for name, mint := range map[string]mintFunc{"ClaimNext": fence.ClaimNext, "ClaimNextExisting": fence.ClaimNextExisting} {
+		t.Run(name, func(t *testing.T) {
+			db, _ := newDBWithDSN(t)
+			const res = "claim-next-huge"
+			for _, stored := range []uint64{1 << 63, 1<<63 + 5, math.MaxUint64 - 1} {
+				if err := claimCommitted(t, db, res, stored, "redis-mode"); err != nil {
+					t.Fatalf("Claim with %d: %v", stored, err)
+				}
+				tx := begin(t, db, nil)
+				tok, err := mint(ctxT(t), tx, res, "db-mode", "op-huge")
+				if err != nil {
+					t.Fatalf("%s above %d: %v", name, stored, err)
+				}
+				commit(t, tx)
+				if tok != stored+1 {
+					t.Fatalf("%s above %d minted %d, want %d", name, stored, tok, stored+1)
+				}
+				if f := lookup(t, db, res); f.Token != tok || f.OpID != "op-huge" {
+					t.Fatalf("fence after minting %d: %+v", tok, f)
+				}
+			}
+			// The row holds 2^64-1: no token is above it.
+			tx := begin(t, db, nil)
+			if tok, err := mint(ctxT(t), tx, res, "db-mode", "op-over"); err == nil {
+				t.Fatalf("%s above 2^64-1 minted %d", name, tok)
+			}
+			_ = tx.Rollback()
+			if f := lookup(t, db, res); f.Token != math.MaxUint64 || f.OpID != "op-huge" {
+				t.Fatalf("fence after a claim above 2^64-1 failed: %+v", f)
+			}
+		})
 	}
 }
