@@ -24,8 +24,9 @@ type attempt struct {
 }
 
 // The mode argument of acquire.lua, boxed once: a re-check of a waiting Lock,
-// TryLock, the first call of a waiting Lock (whose id is new, so it is not
-// queued yet).
+// TryLock, the first call of a waiting Lock (whose id is new, so it is
+// queued only if the client applied the same request before: it keeps that
+// place).
 var argRecheck, argTry, argFirst any = "0", "1", "2"
 
 type acquireResult struct {

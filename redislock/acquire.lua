@@ -11,6 +11,9 @@
 --    {-1, "", -1}                       not granted and out of the queue: the stored token
 --                                       is 2^64-1, no larger one can be minted
 -- A waiter calls it again on every re-check: that call is also its heartbeat.
+-- Every call is idempotent: applied twice (a client retrying a request whose
+-- reply was lost), it has the outcome of one call, and a queued waiter keeps
+-- its place.
 -- The fast paths (free lock, nobody queued, stored token below 2^53; a new
 -- waiter joining the queue of a held lock) come first and return before the
 -- helpers of the other cases are even defined.
@@ -28,21 +31,30 @@ if not held and redis.call('EXISTS', q) == 0 then
   end
 elseif held and ARGV[7] == '2' then
   -- The first call of a waiting Lock, on a lock another owner holds: the
-  -- caller's id is new, so it only joins the back of the queue. Dead
-  -- entries ahead of it are left to the next hand-off or re-check.
+  -- caller's id is new, so it joins the back of the queue, unless this is
+  -- the same request applied again (a client retries a request whose reply
+  -- it lost), which keeps the place it took and only refreshes the
+  -- heartbeat. Dead entries ahead of it are left to the next hand-off or
+  -- re-check.
   local holder = string.match(held, '^%d+|[^|]*|(.*)$')
   if holder and holder ~= owner then
     local t = redis.call('TIME')
     local nowus = t[1] * 1000000 + t[2]
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
-    local seq = nowus
-    if last[2] and tonumber(last[2]) >= seq then seq = tonumber(last[2]) + 1 end
-    redis.call('ZADD', q, seq, id)
-    redis.call('HSET', w, id, (math.floor(nowus / 1000) + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner)
+    local entry = (math.floor(nowus / 1000) + tonumber(ARGV[5])) .. ':' .. ARGV[6] .. ':' .. owner
+    local seq, head = redis.call('ZSCORE', q, id), false
+    if seq then
+      seq, head = tonumber(seq), redis.call('ZRANGE', q, 0, 0)[1] == id
+    else
+      local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+      seq, head = nowus, not last[1]
+      if last[2] and tonumber(last[2]) >= seq then seq = tonumber(last[2]) + 1 end
+      redis.call('ZADD', q, seq, id)
+    end
+    redis.call('HSET', w, id, entry)
     -- Only the first waiter uses the holder's lease left (it re-checks when
     -- the lease ends); the others are told -1, unknown.
-    if last[1] then return {0, '', -1, 0, seq} end
-    return {0, '', redis.call('PTTL', lock), 1, seq}
+    if head then return {0, '', redis.call('PTTL', lock), 1, seq} end
+    return {0, '', -1, 0, seq}
   end
 end
 
