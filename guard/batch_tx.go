@@ -383,13 +383,29 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	if failed != nil {
 		finished = true
-		g.rollback(ctx, stx)
 		if failed.retry {
+			retry, rolledBack, perr := g.retryable(ctx, stx, tx, failed.err)
+			if !rolledBack {
+				g.rollback(ctx, stx)
+			}
+			if perr != nil {
+				// The claiming transaction committed (or may have) before
+				// the failure: never run again.
+				for _, m := range open {
+					if contains(ran, m) {
+						r.settle(m, perr)
+					} else {
+						r.settle(m, fmt.Errorf("%w: %q: another call of the batch failed the transaction: %v", ErrNotCommitted, key, perr))
+					}
+				}
+				return false, nil
+			}
 			// The server rolled the transaction back: every member with
 			// work in it runs again.
 			r.unran(open)
-			return lctx.Err() == nil, g.lostOr(lctx, failed.err)
+			return retry && lctx.Err() == nil, g.lostOr(lctx, failed.err)
 		}
+		g.rollback(ctx, stx)
 		r.failBatch(open, ran, causer, failed.err)
 		return false, nil
 	}

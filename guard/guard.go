@@ -515,11 +515,20 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		case ferr != nil && !errors.Is(ferr, f.err):
 			return false, g.lostOr(lctx, ferr)
 		default:
-			err := g.lostOr(lctx, f.err)
-			return lctx.Err() == nil, err
+			retry, rolledBack, perr := g.retryable(ctx, stx, tx, f.err)
+			finished = finished || rolledBack
+			if perr != nil {
+				return false, perr
+			}
+			return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
 		}
 	}
 	if ferr != nil {
+		finished = true
+		if g.rollbackGone(ctx, stx) {
+			retry, err := g.endedUnseen(ctx, tx, ferr)
+			return retry && lctx.Err() == nil, err
+		}
 		if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
 			return false, fmt.Errorf("%w (fn: %w)", cause, ferr)
 		}
@@ -563,7 +572,7 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 	case lg != nil && g.reserve(key, lg):
 		// Another caller of the key is under way here: commit and begin its
 		// transaction in one round trip, and pass that on.
-		if _, err = stx.ExecContext(ctx, "COMMIT AND CHAIN"); err != nil {
+		if err = commitSession(ctx, stx, true); err != nil {
 			g.rollback(ctx, stx)
 			g.unreserve(key)
 			return false, err
@@ -595,18 +604,16 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 // (awaitRelease). After a successful COMMIT, then (when not nil) runs once
 // the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
+	if err := commitSession(ctx, stx, false); err != nil {
+		g.rollback(ctx, stx)
+		return err
+	}
 	if ctx.Done() == nil {
-		if err := stx.Commit(); err != nil {
-			return err
-		}
+		_ = stx.Rollback()
 		if then != nil {
 			then()
 		}
 		return nil
-	}
-	if _, err := stx.ExecContext(ctx, "COMMIT"); err != nil {
-		g.rollback(ctx, stx)
-		return err
 	}
 	done := make(chan struct{})
 	*released = done
@@ -643,15 +650,22 @@ func awaitRelease(ctx context.Context, released chan struct{}) bool {
 // own; otherwise the ROLLBACK is a statement bound to ctx, so a connection
 // that stopped answering is closed when ctx ends.
 func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx) {
+	g.rollbackGone(ctx, stx)
+}
+
+// rollbackGone is rollback, reporting whether the transaction that claimed
+// had already ended before it (see rollbackSession). When ctx has ended,
+// database/sql rolls back on its own and the server ends the session (see
+// session.go); gone is then false.
+func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (gone bool) {
 	if ctx.Err() != nil {
-		return
+		return false
 	}
-	if ctx.Done() != nil {
-		_, _ = stx.ExecContext(ctx, "ROLLBACK")
-	}
+	gone, _ = rollbackSession(ctx, stx)
 	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
 	// sent on a connection closed above.
 	_ = stx.Rollback()
+	return gone
 }
 
 func (g *Guard) committed(ctx context.Context, tx *Tx, acquired time.Time) {

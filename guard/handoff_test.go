@@ -112,8 +112,8 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 	}
 }
 
-// chainCounter counts the COMMIT AND CHAIN statements written on a MySQL
-// connection.
+// chainCounter counts the commits that chain the next transaction
+// (CALL redfence_commit_chain()) written on a MySQL connection.
 type chainCounter struct {
 	netConn
 	n *atomic.Int64
@@ -121,7 +121,7 @@ type chainCounter struct {
 
 func (c *chainCounter) Write(p []byte) (int, error) {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
-	if len(p) >= 5 && p[4] == 3 && string(p[5:]) == "COMMIT AND CHAIN" {
+	if len(p) >= 5 && p[4] == 3 && string(p[5:]) == "CALL redfence_commit_chain()" {
 		c.n.Add(1)
 	}
 	return c.netConn.Write(p)

@@ -217,8 +217,9 @@ func (c *faultConn) Close() error {
 
 func isCommit(p []byte) bool {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and
-	// the text; a relayed transaction commits with COMMIT AND CHAIN.
-	return len(p) >= 5 && p[4] == 3 && (string(p[5:]) == "COMMIT" || string(p[5:]) == "COMMIT AND CHAIN")
+	// the text; Do commits with CALL redfence_commit(), a relayed
+	// transaction with CALL redfence_commit_chain().
+	return len(p) >= 5 && p[4] == 3 && (string(p[5:]) == "CALL redfence_commit()" || string(p[5:]) == "CALL redfence_commit_chain()")
 }
 
 func (c *faultConn) Write(p []byte) (int, error) {

@@ -229,7 +229,7 @@ func (g *Guard) giveBack(ctx context.Context, r *relay, l *leg) {
 	}
 	rctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
 	defer cancel()
-	_, _ = l.tx.ExecContext(rctx, "ROLLBACK")
+	_, _ = rollbackSession(rctx, l.tx)
 	_ = l.tx.Rollback() // releases the sql.Tx; nothing is sent on a closed connection
 	l.end()
 }
@@ -406,13 +406,23 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 // passes it on; otherwise a transaction of the pool, bound to ctx.
 func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, err error) {
 	if !g.relaying() {
-		stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions)
-		return stx, nil, err
+		if stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if lg, err = g.takeLeg(ctx, key); err != nil {
+			return nil, nil, err
+		}
+		stx = lg.tx
 	}
-	if lg, err = g.takeLeg(ctx, key); err != nil {
+	if err = beginSession(ctx, stx); err != nil {
+		g.rollback(ctx, stx)
+		if lg != nil {
+			lg.end()
+		}
 		return nil, nil, err
 	}
-	return lg.tx, lg, nil
+	return stx, lg, nil
 }
 
 // beginLeg begins a transaction on the pool, bound to ctx.

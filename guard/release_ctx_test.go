@@ -43,7 +43,7 @@ func (c *silentAfterCommit) Write(p []byte) (int, error) {
 		close(c.silent)
 		return len(p), nil
 	}
-	c.sawCommit = q == "COMMIT"
+	c.sawCommit = q == "CALL redfence_commit()"
 	return c.Conn.Write(p)
 }
 

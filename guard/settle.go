@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/redfence/redfence/fence"
 )
@@ -29,6 +30,9 @@ import (
 // other nodes and committed there all the same. Its outcome is read from
 // the fence row, like a lost connection's.
 func (g *Guard) commitFailed(ctx context.Context, tx *Tx, acquired time.Time, cerr error) (retry bool, err error) {
+	if errors.Is(cerr, errNotClaimingTx) {
+		return g.endedUnseen(ctx, tx, nil)
+	}
 	var me *mysql.MySQLError
 	if errors.As(cerr, &me) && !fence.IsConnectionLost(cerr) && me.Number != erErrorDuringCommit {
 		if fence.Retryable(cerr) && ctx.Err() == nil {
@@ -107,6 +111,26 @@ func (g *Guard) settle(ctx context.Context, tx *Tx) (committed bool, err error) 
 	}
 	defer func() { _ = rtx.Rollback() }()
 	f, err := fence.Lookup(sctx, rtx, tx.resource)
+	return claimOutcome(tx, f, err)
+}
+
+// settleEnded reads the fence row (a consistent read on the pool) to tell
+// whether the claim of tx committed, once this process knows that tx's
+// transaction is over: ended by the server on a statement of its own live
+// session, which has since rolled back what was left. Nothing of tx can
+// still commit, so there is nothing to wait for, unlike in settle: the read
+// takes no lock, and so is not held up by the next holder's claim, which
+// may already have taken the row.
+func (g *Guard) settleEnded(ctx context.Context, tx *Tx) (committed bool, err error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.SettleTimeout)
+	defer cancel()
+	f, err := fence.Lookup(sctx, g.db.DB, tx.resource)
+	return claimOutcome(tx, f, err)
+}
+
+// claimOutcome tells from the fence row f (read with err) whether the claim
+// of tx committed; see settle.
+func claimOutcome(tx *Tx, f fence.Fence, err error) (committed bool, _ error) {
 	switch {
 	case errors.Is(err, fence.ErrNoFence):
 		return false, nil // no row, so no claim on it, and no commit, landed
@@ -121,4 +145,72 @@ func (g *Guard) settle(ctx context.Context, tx *Tx) (committed bool, err error) 
 	default:
 		return false, fmt.Errorf("%w (token %d, ours %d)", errUnsettled, f.Token, tx.token)
 	}
+}
+
+// endedUnseen decides what an attempt means whose claiming transaction
+// ended before Do's COMMIT or ROLLBACK, unseen by Tx (see session.go): fn's
+// statements after that end ran in another transaction, which Do has rolled
+// back, so none of them committed. The fence row tells what became of the
+// claiming transaction:
+//   - it committed (a statement committed it implicitly): the work fn did
+//     up to that statement is applied, the rest is not; ErrImplicitCommit,
+//     never retried;
+//   - it was rolled back (a deadlock or another error that rolled back the
+//     whole transaction and reached fn only, or not at all): nothing of the
+//     attempt applied, and running it again is safe when fn returned nil or
+//     a retryable error (fnErr);
+//   - a newer holder has claimed the row since: ErrOutcomeUnknown.
+func (g *Guard) endedUnseen(ctx context.Context, tx *Tx, fnErr error) (retry bool, err error) {
+	committed, serr := g.settleEnded(ctx, tx)
+	switch {
+	case serr != nil:
+		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w, and the fence row cannot tell how: %v",
+			tx.key, ErrOutcomeUnknown, errNotClaimingTx, serr), fnErr)
+	case committed:
+		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w: it committed, with the work fn did until then; "+
+			"what fn did after that was rolled back", tx.key, ErrImplicitCommit, errNotClaimingTx), fnErr)
+	case fnErr != nil && !fence.Retryable(fnErr):
+		return false, fnErr
+	default:
+		return ctx.Err() == nil, withStatementErr(fmt.Errorf("guard: %q: %w: %w: the server rolled it back, and what fn did after that was rolled back too",
+			tx.key, ErrNotCommitted, errNotClaimingTx), fnErr)
+	}
+}
+
+// retryable decides whether an attempt whose transaction the server rolled
+// back (cause: a deadlock, a write conflict, a lock wait timeout, a lost
+// connection, seen by Tx on one of fn's statements) may run again: only
+// when nothing of it committed. A statement Tx did not see may have
+// committed the claiming transaction before the failure (see session.go),
+// so that is proven, not assumed:
+//   - on a live connection, the rollback tells whether the claiming
+//     transaction was still there (a lock wait timeout rolls back the
+//     statement only); if it was, nothing committed;
+//   - otherwise the fence row tells (endedUnseen), read on the pool once
+//     the claiming transaction is over: on a lost connection after the
+//     server has ended it (settle waits for that).
+//
+// finished reports that stx was rolled back here.
+func (g *Guard) retryable(ctx context.Context, stx *sqlx.Tx, tx *Tx, cause error) (retry, finished bool, err error) {
+	if fence.IsConnectionLost(cause) {
+		committed, serr := g.settle(ctx, tx)
+		switch {
+		case serr != nil:
+			return false, false, withStatementErr(fmt.Errorf("guard: %q: %w: the connection was lost during fn, "+
+				"and the fence row cannot tell whether a statement fn ran committed the transaction: %v",
+				tx.key, ErrOutcomeUnknown, serr), cause)
+		case committed:
+			return false, false, withStatementErr(fmt.Errorf("guard: %q: %w: %w: it committed before the connection was lost",
+				tx.key, ErrImplicitCommit, errNotClaimingTx), cause)
+		}
+		return ctx.Err() == nil, false, nil
+	}
+	if !g.rollbackGone(ctx, stx) {
+		return ctx.Err() == nil, true, nil
+	}
+	retry, err = g.endedUnseen(ctx, tx, nil)
+	if retry {
+		return retry, true, nil
+	}
+	return false, true, err
 }

@@ -111,9 +111,10 @@ type cutConn struct {
 	sentAt atomic.Bool
 }
 
-// isCommit reports whether b is a COM_QUERY packet carrying COMMIT.
+// isCommit reports whether b is a COM_QUERY packet carrying guard's commit
+// (CALL redfence_commit()) or a plain COMMIT.
 func isCommit(b []byte) bool {
-	return len(b) == 4+1+len("COMMIT") && b[4] == 0x03 && string(b[5:]) == "COMMIT"
+	return len(b) > 5 && b[4] == 0x03 && (string(b[5:]) == "COMMIT" || string(b[5:]) == "CALL redfence_commit()")
 }
 
 func (cc *cutConn) Write(b []byte) (int, error) {

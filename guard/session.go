@@ -1,0 +1,98 @@
+package guard
+
+// session.go owns the session state a fenced transaction runs in, and the
+// proof that the transaction Do commits is the one that claimed. It sends
+// the three statements that begin, commit and roll back an attempt's
+// transaction; it decides nothing about retries or outcomes.
+//
+// Safety does not rest on recognising SQL text. Right after START
+// TRANSACTION, CALL redfence_begin() (migration 0002) turns autocommit off
+// and sets completion_type to RELEASE for the session, and marks the
+// transaction with the savepoint redfence_tx:
+//   - whatever ends the transaction unseen (a deadlock's rollback reported
+//     only through rows.Err, an implicit commit by a statement form nobody
+//     listed, a procedure that commits), the statements fn sends after it
+//     open a new transaction instead of committing one by one;
+//   - a COMMIT or ROLLBACK fn sends, in any form, ends the session, so
+//     nothing of fn runs after it;
+//   - COMMIT is CALL redfence_commit(), which releases the savepoint first:
+//     the server refuses (error 1305) when the savepoint is gone, that is
+//     when the transaction is not the one that claimed, and then commits
+//     nothing. Do rolls back and reads the fence row to tell what happened.
+//
+// The procedures put the session's own autocommit and completion_type back
+// when the transaction ends. A connection whose transaction database/sql
+// rolls back on its own (its ctx ended) is ended by the server at that
+// ROLLBACK, so it never returns to the pool with autocommit off.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+)
+
+const (
+	sqlBeginSession = "CALL redfence_begin()"
+	sqlCommit       = "CALL redfence_commit()"
+	sqlCommitChain  = "CALL redfence_commit_chain()"
+	sqlRollback     = "CALL redfence_rollback()"
+)
+
+// erSPDoesNotExist is ER_SP_DOES_NOT_EXIST: a savepoint (or a procedure)
+// that does not exist.
+const erSPDoesNotExist = 1305
+
+// ErrSchemaOutdated is returned (wrapped) when the database lacks the
+// procedures Do runs its transactions with: apply redfence's migrations
+// (migrations.Apply, or `redfence migrate up`) to bring the schema to the
+// version this release needs.
+var ErrSchemaOutdated = errors.New("guard: the database's redfence schema is out of date; run migrations.Apply (or `redfence migrate up`)")
+
+// errNotClaimingTx says that the transaction COMMIT would have committed is
+// not the one that claimed: it ended before, unseen, and another one began.
+var errNotClaimingTx = errors.New("the transaction that claimed the fence row ended before COMMIT")
+
+// beginSession marks stx, just begun (or chained), as an attempt's
+// transaction; see the file comment.
+func beginSession(ctx context.Context, stx *sqlx.Tx) error {
+	_, err := stx.ExecContext(ctx, sqlBeginSession)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
+		return fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
+	}
+	return err
+}
+
+// commitSession commits stx if it is still the transaction beginSession
+// marked. A refusal because it is not comes back as an error wrapping
+// errNotClaimingTx, with nothing committed; the session is still in the
+// state beginSession set, for rollbackSession to restore.
+func commitSession(ctx context.Context, stx *sqlx.Tx, chain bool) error {
+	q := sqlCommit
+	if chain {
+		q = sqlCommitChain
+	}
+	_, err := stx.ExecContext(ctx, q)
+	if notClaimingTx(err) {
+		return fmt.Errorf("%w: %w", errNotClaimingTx, err)
+	}
+	return err
+}
+
+// notClaimingTx reports whether err is redfence_commit's refusal.
+func notClaimingTx(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == erSPDoesNotExist
+}
+
+// rollbackSession rolls stx back and restores the session. gone reports
+// that the transaction beginSession marked had already ended before (the
+// server rolled it back, or something committed it).
+func rollbackSession(ctx context.Context, stx *sqlx.Tx) (gone bool, err error) {
+	var g int
+	err = stx.QueryRowContext(ctx, sqlRollback).Scan(&g)
+	return err == nil && g == 1, err
+}

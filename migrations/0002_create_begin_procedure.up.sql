@@ -1,0 +1,20 @@
+-- 0002_create_begin_procedure.up.sql: opens the session state guard runs a
+-- fenced transaction in, as its first statement after START TRANSACTION.
+-- autocommit = 0: a statement that runs after the transaction ended unseen
+-- (a deadlock's rollback, an implicit commit) opens a new transaction
+-- instead of committing on its own. completion_type = RELEASE: a COMMIT or
+-- ROLLBACK that fn sends ends the session, so nothing of fn runs after it.
+-- The savepoint redfence_tx marks the transaction: it exists only in the
+-- transaction that created it, and redfence_commit proves with it that the
+-- transaction it commits is the one that claimed. The session's own
+-- autocommit and completion_type are kept in @redfence_session (once, so
+-- that a transaction chained by redfence_commit_chain keeps the original)
+-- and put back by redfence_commit and redfence_rollback.
+CREATE PROCEDURE redfence_begin()
+BEGIN
+    IF @redfence_session IS NULL THEN
+        SET @redfence_session = CONCAT(@@autocommit, ',', @@completion_type);
+    END IF;
+    SET autocommit = 0, completion_type = 'RELEASE';
+    SAVEPOINT redfence_tx;
+END
