@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/errs"
 )
 
 // attempt is one Lock or TryLock call.
@@ -192,7 +194,7 @@ func (a *attempt) giveUp(ctx context.Context, cause error) error {
 		case <-ctx.Done():
 		}
 	}
-	return errors.Join(ErrNotAcquired, cause)
+	return errs.Join(ErrNotAcquired, cause)
 }
 
 // leave takes the attempt out of the queue, releasing a grant that may have

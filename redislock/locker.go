@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/errs"
 )
 
 // Locker acquires locks on one Redis deployment. It is safe for concurrent
@@ -164,11 +165,11 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 		return nil, err
 	}
 	if !l.enter() {
-		return nil, errors.Join(ErrNotAcquired, ErrClosed)
+		return nil, errs.Join(ErrNotAcquired, ErrClosed)
 	}
 	defer l.calls.Done()
 	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(ErrNotAcquired, err)
+		return nil, errs.Join(ErrNotAcquired, err)
 	}
 	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease}
 	if !cfg.ownerSet {
