@@ -2,9 +2,14 @@
 // [guard.Guard.Do] calls, built on [guard.Hooks]. It is a module of its own so
 // that redfence's core does not depend on OpenTelemetry.
 //
-//	opt := &guard.Options{}
-//	if err := redfenceotel.Instrument(opt, nil); err != nil { ... }
-//	g := guard.New(locker, db, opt)
+//	g, err := redfenceotel.NewGuard(locker, db, &guard.Options{ /* yours */ }, nil)
+//	if err != nil { ... }
+//
+// A Guard reads its hooks once, when it is built, so they are added while
+// building it: [NewGuard] builds the Guard, and [GuardOptions] returns the
+// guard.Options to pass to a constructor of your own choosing. Set
+// [Options].DisableTracing or DisableMetrics to record only the other
+// signal.
 //
 // Traces: a span "redfence.Do" per call (attributes redfence.key,
 // redfence.token, redfence.attempts, redfence.outcome; error status unless
@@ -28,4 +33,13 @@
 //
 // Keys are not metric attributes by default (their number is unbounded); set
 // Options.MetricKey to map a key to a bounded label.
+//
+// # Versions
+//
+// This module is released on its own, with tags of the form
+// extra/redfenceotel/vX.Y.Z in the redfence repository, and requires the
+// core module (github.com/redfence/redfence) at a tagged version or at a
+// pseudo-version of a commit of the core that it builds with. A release tags
+// the core first when it needs a new one, then points this module's go.mod
+// at that tag and tags this module.
 package redfenceotel

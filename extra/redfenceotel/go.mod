@@ -2,10 +2,16 @@ module github.com/redfence/redfence/extra/redfenceotel
 
 go 1.26.0
 
+// The core version below is what users of this module get, so it names a
+// commit (or tag) of the core that this module builds with; scripts/test.sh
+// checks that. The replace, which users' builds ignore, builds it here against
+// the core in this checkout (go.work at the root does the same for commands
+// run from anywhere in the repository).
 replace github.com/redfence/redfence => ../..
 
 require (
-	github.com/redfence/redfence v0.0.0
+	github.com/jmoiron/sqlx v1.4.0
+	github.com/redfence/redfence v0.0.0-20261126233940-771d7f0684ca
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0
@@ -37,7 +43,6 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/golang-migrate/migrate/v4 v4.20.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/klauspost/compress v1.18.7 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect

@@ -2,13 +2,14 @@ package redfenceotel
 
 import (
 	"context"
-	"errors"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/redfence/redfence/guard"
 )
@@ -27,8 +28,8 @@ const (
 	ModeAttr     = attribute.Key("redfence.mode")
 )
 
-// Options configure [Hooks] and [Instrument]. A nil *Options gives the
-// defaults.
+// Options configure [NewGuard], [GuardOptions] and [Hooks]. A nil *Options
+// gives the defaults: traces and metrics, from the global providers.
 type Options struct {
 	// TracerProvider creates the tracer.
 	// default: otel.GetTracerProvider()
@@ -43,10 +44,15 @@ type Options struct {
 	// distinct value is a time series.
 	// default: nil (no key on metrics)
 	MetricKey func(key string) string
-}
 
-// ErrNilOptions is returned by [Instrument] for a nil *guard.Options.
-var ErrNilOptions = errors.New("redfenceotel: nil *guard.Options")
+	// DisableTracing leaves spans out: only metrics are recorded.
+	// default: false (spans recorded)
+	DisableTracing bool
+
+	// DisableMetrics leaves metrics out: only spans are recorded.
+	// default: false (metrics recorded)
+	DisableMetrics bool
+}
 
 type instruments struct {
 	tracer    trace.Tracer
@@ -60,8 +66,9 @@ type instruments struct {
 	fallback  metric.Int64UpDownCounter
 }
 
-// Hooks returns guard.Hooks that record traces and metrics of every Do. Use
-// [Instrument] to add them to Options that may already have hooks.
+// Hooks returns guard.Hooks that record traces and metrics of every Do, for
+// a caller that assembles guard.Options.Hooks itself. [NewGuard] and
+// [GuardOptions] add them to hooks the Options already have.
 func Hooks(opt *Options) (guard.Hooks, error) {
 	in, err := newInstruments(opt)
 	if err != nil {
@@ -70,29 +77,23 @@ func Hooks(opt *Options) (guard.Hooks, error) {
 	return in.hooks(), nil
 }
 
-// Instrument adds the hooks of [Hooks] to o, calling any hooks o already has
-// as well (theirs first; for OnDo, ours receives the ctx theirs returned).
-func Instrument(o *guard.Options, opt *Options) error {
-	if o == nil {
-		return ErrNilOptions
-	}
-	h, err := Hooks(opt)
-	if err != nil {
-		return err
-	}
-	o.Hooks = chain(o.Hooks, h)
-	return nil
-}
-
 func newInstruments(opt *Options) (*instruments, error) {
 	var o Options
 	if opt != nil {
 		o = *opt
 	}
-	if o.TracerProvider == nil {
+	// A switched-off signal goes to a no-op provider, so that the hooks
+	// below need no case for it.
+	switch {
+	case o.DisableTracing:
+		o.TracerProvider = tracenoop.NewTracerProvider()
+	case o.TracerProvider == nil:
 		o.TracerProvider = otel.GetTracerProvider()
 	}
-	if o.MeterProvider == nil {
+	switch {
+	case o.DisableMetrics:
+		o.MeterProvider = metricnoop.NewMeterProvider()
+	case o.MeterProvider == nil:
 		o.MeterProvider = otel.GetMeterProvider()
 	}
 	m := o.MeterProvider.Meter(ScopeName)

@@ -40,13 +40,13 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 
 	retried := 0
 	opt := &guard.Options{Hooks: guard.Hooks{OnRetry: func(string, int, error) { retried++ }}}
-	if err := redfenceotel.Instrument(opt, &redfenceotel.Options{TracerProvider: tp, MeterProvider: mp,
-		MetricKey: func(key string) string { return "sku" }}); err != nil {
+	g, err := redfenceotel.NewGuard(locker, db, opt, &redfenceotel.Options{TracerProvider: tp, MeterProvider: mp,
+		MetricKey: func(key string) string { return "sku" }})
+	if err != nil {
 		t.Fatal(err)
 	}
-	g := guard.New(locker, db, opt)
 
-	err := g.Do(ctx, "sku:1", func(ctx context.Context, tx *guard.Tx) error {
+	err = g.Do(ctx, "sku:1", func(ctx context.Context, tx *guard.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
 		return err
 	})
