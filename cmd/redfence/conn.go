@@ -11,6 +11,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redact"
 )
 
 // dialTimeout bounds each connection attempt, so that a server that does not
@@ -24,7 +26,8 @@ func openRedis(ctx context.Context, c *config) (*redis.Client, error) {
 	if strings.Contains(c.redisAddr, "://") {
 		var err error
 		if opt, err = redis.ParseURL(c.redisAddr); err != nil {
-			return nil, usageErrorf("Redis address from %s is not a valid URL: %v", c.redisFrom, err)
+			// The URL parser quotes the URL, password included.
+			return nil, usageErrorf("Redis address from %s is not a valid URL: %s", c.redisFrom, redact.Text(err.Error(), c.redisAddr))
 		}
 	}
 	opt.DialTimeout, opt.MaxRetries, opt.ContextTimeoutEnabled = dialTimeout, -1, true
@@ -43,7 +46,7 @@ func openRedis(ctx context.Context, c *config) (*redis.Client, error) {
 func mysqlConfig(c *config) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(c.mysqlDSN)
 	if err != nil {
-		return nil, usageErrorf("MySQL DSN from %s is not a valid DSN: %v", c.dsnFrom, err)
+		return nil, usageErrorf("MySQL DSN from %s is not a valid DSN: %s", c.dsnFrom, redact.Text(err.Error(), c.mysqlDSN))
 	}
 	if c.database != "" {
 		cfg.DBName = c.database
@@ -65,7 +68,7 @@ func openMySQL(ctx context.Context, c *config) (*sqlx.DB, *mysql.Config, error) 
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, nil, usageErrorf("MySQL DSN from %s: %v", c.dsnFrom, err)
+		return nil, nil, usageErrorf("MySQL DSN from %s: %s", c.dsnFrom, redact.Text(err.Error(), c.mysqlDSN))
 	}
 	db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
 	db.SetMaxOpenConns(2)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/redfence/redfence/internal/redact"
 	"github.com/redfence/redfence/redislock"
 )
 
@@ -39,6 +40,10 @@ func newFlagSet(name, usageLine string, c *config, stderr io.Writer) *flag.FlagS
 	c.mysqlDSN, c.dsnFrom = fromEnv("MYSQL_DSN", defaultMySQLDSN)
 	fs.StringVar(&c.redisAddr, "redis-addr", c.redisAddr, "Redis `address` (host:port or redis:// URL); default $REDIS_ADDR, else "+defaultRedisAddr)
 	fs.StringVar(&c.mysqlDSN, "mysql-dsn", c.mysqlDSN, "MySQL `DSN` (go-sql-driver format); default $MYSQL_DSN, else "+defaultMySQLDSN)
+	// The defaults come from the environment: help shows them without the
+	// password.
+	fs.Lookup("redis-addr").DefValue = redact.RedisAddr(c.redisAddr)
+	fs.Lookup("mysql-dsn").DefValue = redact.DSN(c.mysqlDSN)
 	fs.StringVar(&c.database, "database", "", "`name` of the database holding the fence table (default: the DSN's)")
 	fs.StringVar(&c.prefix, "prefix", redislock.DefaultPrefix, "lock key `prefix` (redislock.Options.Prefix)")
 	fs.StringVar(&c.namespace, "namespace", "", "fence row `namespace` (guard.Options.Namespace); default: -prefix, or none when it is "+redislock.DefaultPrefix)

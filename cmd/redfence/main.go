@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redact"
 )
 
 func main() {
@@ -47,7 +49,11 @@ const usage = `usage:
 `
 
 // run is the whole program; main only wires signals and the exit status.
+// Nothing it prints shows a password: any argument or variable that may be a
+// Redis URL or a DSN is masked wherever it is quoted.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	settings := append([]string{os.Getenv("REDIS_ADDR"), os.Getenv("MYSQL_DSN")}, args...)
+	stdout, stderr = redact.Writer(stdout, settings...), redact.Writer(stderr, settings...)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage

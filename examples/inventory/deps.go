@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redfence/redfence/examples/inventory/store"
+	"github.com/redfence/redfence/internal/redact"
 )
 
 // Defaults shared with the test suite (internal/testenv) and docker-compose.yml.
@@ -48,13 +49,13 @@ func serversFromEnv(database string) (servers, error) {
 	}
 	var problems []*serverProblem
 	if _, err := parseRedisAddr(s.redisAddr); err != nil {
-		problems = append(problems, &serverProblem{which: "Redis", addr: s.redisAddr, kind: problemConfig,
-			err: fmt.Errorf("REDIS_ADDR is neither host:port nor a redis:// URL: %w", err)})
+		problems = append(problems, &serverProblem{which: "Redis", addr: redact.RedisAddr(s.redisAddr), kind: problemConfig,
+			err: fmt.Errorf("REDIS_ADDR is neither host:port nor a redis:// URL: %w", err), setting: s.redisAddr})
 	}
 	cfg, err := mysql.ParseDSN(s.mysqlDSN)
 	if err != nil {
-		problems = append(problems, &serverProblem{which: "MySQL", addr: s.mysqlDSN, kind: problemConfig,
-			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)})
+		problems = append(problems, &serverProblem{which: "MySQL", addr: redact.DSN(s.mysqlDSN), kind: problemConfig,
+			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err), setting: s.mysqlDSN})
 	} else {
 		if cfg.DBName == "" {
 			cfg.DBName = database
@@ -95,7 +96,7 @@ func (s servers) mysqlAddr() string {
 	if cfg, err := mysql.ParseDSN(s.mysqlDSN); err == nil {
 		return cfg.Addr
 	}
-	return s.mysqlDSN
+	return redact.DSN(s.mysqlDSN)
 }
 
 // describe says in one line where the servers are, for the report.
@@ -127,8 +128,8 @@ func checkRedis(ctx context.Context, s servers) error {
 func openDatabase(ctx context.Context, s servers, poolSize int) (*sqlx.DB, error) {
 	cfg, err := mysql.ParseDSN(s.mysqlDSN)
 	if err != nil {
-		return nil, &serversError{problems: []*serverProblem{{which: "MySQL", addr: s.mysqlDSN, kind: problemConfig,
-			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)}}}
+		return nil, &serversError{problems: []*serverProblem{{which: "MySQL", addr: redact.DSN(s.mysqlDSN), kind: problemConfig,
+			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err), setting: s.mysqlDSN}}}
 	}
 	admin := cfg.Clone()
 	admin.DBName = ""

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redact"
 )
 
 func main() {
@@ -49,8 +51,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runWith(ctx, localLauncher(), args, stdout, stderr)
 }
 
-// runWith is run with the ways of starting missing servers given.
+// runWith is run with the ways of starting missing servers given. Nothing
+// it prints, logs included, shows the password of REDIS_ADDR or MYSQL_DSN.
 func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.Writer) int {
+	settings := []string{os.Getenv("REDIS_ADDR"), os.Getenv("MYSQL_DSN")}
+	stdout, stderr = redact.Writer(stdout, settings...), redact.Writer(stderr, settings...)
 	if len(args) > 0 && args[0] == "serve" {
 		return runServe(ctx, l, args[1:], stdout, stderr)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redact"
 )
 
 // probeTimeout bounds each server's first answer. Both are probed at once,
@@ -58,13 +60,14 @@ func probeRedis(ctx context.Context, s servers) *serverProblem {
 func probeMySQL(ctx context.Context, s servers) *serverProblem {
 	cfg, err := mysql.ParseDSN(s.mysqlDSN)
 	if err != nil {
-		return &serverProblem{which: "MySQL", addr: s.mysqlDSN, kind: problemConfig, err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err)}
+		return &serverProblem{which: "MySQL", addr: redact.DSN(s.mysqlDSN), kind: problemConfig,
+			err: fmt.Errorf("MYSQL_DSN is not a valid DSN: %w", err), setting: s.mysqlDSN}
 	}
 	cfg.DBName = ""
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = probeTimeout, probeTimeout, probeTimeout
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return &serverProblem{which: "MySQL", addr: cfg.Addr, kind: problemConfig, err: fmt.Errorf("MYSQL_DSN: %w", err)}
+		return &serverProblem{which: "MySQL", addr: cfg.Addr, kind: problemConfig, err: fmt.Errorf("MYSQL_DSN: %w", err), setting: s.mysqlDSN}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redfence/redfence/internal/redact"
 )
 
 // problemKind says why a server cannot be used, which decides what the
@@ -29,12 +31,19 @@ const (
 // serverProblem is why one server cannot be used.
 type serverProblem struct {
 	which string // "Redis" or "MySQL"
-	addr  string // host:port, or the setting that does not parse
+	addr  string // host:port, or the setting that does not parse with its password masked
 	kind  problemKind
 	err   error
+	// setting is the REDIS_ADDR or MYSQL_DSN that does not parse, whose
+	// password is masked where err quotes it (URL parsers do).
+	setting string
 }
 
 func (p *serverProblem) Error() string {
+	return redact.Text(p.message(), p.setting)
+}
+
+func (p *serverProblem) message() string {
 	switch p.kind {
 	case problemDown:
 		return fmt.Sprintf("cannot reach %s at %s: %v", p.which, p.addr, oneLine(p.err))
