@@ -33,4 +33,10 @@ var (
 	// is written in either case; reentrant acquisitions by the current holder
 	// still succeed.
 	ErrTokenOverflow = errors.New("redislock: fencing token would exceed 2^64-1")
+	// ErrAuth is matched by the errors of requests that Redis refused because
+	// the client gave no password, or a wrong one: set it in the client's
+	// options (redis.Options.Password, or Username and Password). The error
+	// is an *[AuthError], which names the server and wraps the client's
+	// error.
+	ErrAuth = errors.New("redislock: authentication required")
 )

@@ -94,7 +94,7 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, prefix, key string)
 	}
 	res, err := scriptInspect.Run(ctx, rdb, keysFor(prefix, key).all()).Slice()
 	if err != nil {
-		return LockInfo{}, fmt.Errorf("redislock: inspect %q: %w", key, err)
+		return LockInfo{}, fmt.Errorf("redislock: inspect %q: %w", key, named(rdb, err))
 	}
 	info, err := parseInspect(res)
 	if err != nil {

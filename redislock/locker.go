@@ -130,8 +130,9 @@ func (l *Locker) ms(d time.Duration) int64 { return max(int64(d/time.Millisecond
 // has finished (a grant that arrived at the same moment is passed on to the
 // next waiter), and Close waits for that. Other errors: ErrInvalidKey,
 // ErrInvalidOptions, ErrClosed, ErrTokenOverflow and Redis errors (the last
-// three joined with ErrNotAcquired); on those the queue is left before Lock
-// returns, as long as ctx lasts.
+// three joined with ErrNotAcquired; a Redis that wants a password it was not
+// given, or refuses the one given, is an *AuthError matching ErrAuth); on
+// those the queue is left before Lock returns, as long as ctx lasts.
 func (l *Locker) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return l.lock(ctx, key, false, opts)
 }
@@ -259,7 +260,7 @@ func (l *Locker) releaseAll(held []*Lock) error {
 	for _, lk := range held {
 		err := scriptUnlock.Run(ctx, l.rdb, lk.k.all(), lk.id, l.args.tokenTTL, l.args.pubcmd, lk.lease.ttlArg).Err()
 		if err != nil && first == nil {
-			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, err)
+			first = fmt.Errorf("redislock: release %q on close: %w", lk.key, named(l.rdb, err))
 		}
 		lk.end(stateClosed, fmt.Errorf("%w: %w", ErrLost, ErrClosed))
 	}
@@ -277,7 +278,8 @@ func (l *Locker) goOwned(f func()) {
 }
 
 // do runs req, one Redis request made with ctx, and returns its error; when
-// ctx ends first it returns ctx.Err() at once instead. Clients give up on a
+// ctx ends first it returns ctx.Err() at once instead. A refusal for want of
+// authentication comes back as an *AuthError. Clients give up on a
 // request at the ctx deadline only with ContextTimeoutEnabled, otherwise at
 // their own read timeout, and a reconnecting client may take longer still.
 // An abandoned request finishes on a goroutine owned by the Locker, which
@@ -286,7 +288,7 @@ func (l *Locker) goOwned(f func()) {
 // flight may use do.
 func (l *Locker) do(ctx context.Context, req func() error, abandoned func()) (gaveUp bool, err error) {
 	if ctx.Done() == nil {
-		return false, req()
+		return false, named(l.rdb, req())
 	}
 	c := &pending{done: make(chan error, 1)}
 	l.goOwned(func() {
@@ -299,12 +301,12 @@ func (l *Locker) do(ctx context.Context, req func() error, abandoned func()) (ga
 	})
 	select {
 	case err := <-c.done:
-		return false, err
+		return false, named(l.rdb, err)
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(pendingRunning, pendingAbandoned) {
 			return true, ctx.Err()
 		}
-		return false, <-c.done // finished meanwhile: the reply is here
+		return false, named(l.rdb, <-c.done) // finished meanwhile: the reply is here
 	}
 }
 

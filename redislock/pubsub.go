@@ -112,7 +112,7 @@ func (s *subscriber) subscribe(ctx context.Context, w *waiter, maxWait time.Dura
 			sctx, cancel := context.WithTimeout(context.Background(), s.l.opt.WaiterTimeout)
 			defer cancel()
 			if err := s.send(sctx, w.ch); err != nil {
-				s.l.opt.Logger.Warn("redislock: subscribe failed; waiting on timers", "channel", w.ch, "err", err)
+				s.l.opt.Logger.Warn("redislock: subscribe failed; waiting on timers", "channel", w.ch, "err", named(s.l.rdb, err))
 				s.mu.Lock()
 				cs.subscribing = false
 				s.mu.Unlock()

@@ -289,6 +289,7 @@ func (r *renewer) renew(locks []*Lock) {
 		}()
 		rep := renewReply{seq: seq, locks: locks, sent: time.Now()}
 		rep.res, rep.err = scriptRenew.Run(ctx, r.l.rdb, keys, args...).Int64Slice()
+		rep.err = named(r.l.rdb, rep.err)
 		select {
 		case r.replies <- rep:
 		case <-r.quit:
