@@ -82,6 +82,8 @@ func claimExistingQuery(resource string, token uint64, owner, opID string) strin
 func claimAssignments(t, o, p string) string {
 	accept := "(token < " + t + " OR (token = " + t + " AND owner = " + o + "))"
 	return "claims = IF(LAST_INSERT_ID(IF(" + accept + ", 1, 2)) = 1, claims + 1, claims)," +
+		" prev_token = IF(" + accept + ", token, prev_token)," +
+		" prev_op_id = IF(" + accept + ", op_id, prev_op_id)," +
 		" updated_at = IF(" + accept + ", UTC_TIMESTAMP(6), updated_at)," +
 		" op_id = IF(" + accept + ", " + p + ", op_id)," +
 		" owner = IF(" + accept + ", " + o + ", owner)," +

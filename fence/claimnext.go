@@ -21,6 +21,7 @@ func claimNextQuery(resource, owner, opID string) string {
 	return "INSERT INTO " + Table + " (resource, token, owner, op_id, claims, updated_at)" +
 		" VALUES (" + r + ", LAST_INSERT_ID(GREATEST(1, " + nowMicros + ")), " + o + ", " + p + ", 1, UTC_TIMESTAMP(6))" +
 		" ON DUPLICATE KEY UPDATE" +
+		" prev_token = token, prev_op_id = op_id," +
 		" token = LAST_INSERT_ID(GREATEST(token + 1, " + nowMicros + "))," +
 		" owner = " + o + ", op_id = " + p + ", claims = claims + 1, updated_at = UTC_TIMESTAMP(6)"
 }
@@ -52,7 +53,8 @@ func ClaimNext(ctx context.Context, tx Querier, resource, owner, opID string) (u
 // packet then carries 0.
 func claimNextExistingQuery(resource, owner, opID string) string {
 	r, o, p := hexLiteral(resource), hexLiteral(owner), hexLiteral(opID)
-	return "UPDATE " + Table + " SET token = LAST_INSERT_ID(GREATEST(token + 1, " + nowMicros + "))," +
+	return "UPDATE " + Table + " SET prev_token = token, prev_op_id = op_id," +
+		" token = LAST_INSERT_ID(GREATEST(token + 1, " + nowMicros + "))," +
 		" owner = " + o + ", op_id = " + p + ", claims = claims + 1, updated_at = UTC_TIMESTAMP(6)" +
 		" WHERE resource = " + r
 }

@@ -18,11 +18,16 @@ type Fence struct {
 	OpID      string    // operation id of the last accepted claim ("" for Claim)
 	Claims    uint64    // number of accepted claims
 	UpdatedAt time.Time // time of the last accepted claim (server clock, UTC)
+	// PrevToken and PrevOpID are the token and operation id the last
+	// accepted claim replaced: what the row held when it was claimed
+	// (0 and "" before the second claim).
+	PrevToken uint64
+	PrevOpID  string
 }
 
 // lookupSQL formats updated_at itself so that Lookup does not depend on the
 // DSN's parseTime and loc settings.
-const lookupSQL = "SELECT token, owner, op_id, claims, DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f')" +
+const lookupSQL = "SELECT token, owner, op_id, claims, DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f'), prev_token, prev_op_id" +
 	" FROM " + Table + " WHERE resource = ?"
 
 // syncWaitSQL is a causal read of nothing: on a node of a MariaDB Galera
@@ -93,10 +98,10 @@ func Lookup(ctx context.Context, q Querier, resource string) (Fence, error) {
 		return Fence{}, err
 	}
 	f := Fence{Resource: resource}
-	var owner, opID []byte
+	var owner, opID, prevOpID []byte
 	var updated string
 	read := func(q Querier) error {
-		return q.QueryRowContext(ctx, lookupSQL, resource).Scan(&f.Token, &owner, &opID, &f.Claims, &updated)
+		return q.QueryRowContext(ctx, lookupSQL, resource).Scan(&f.Token, &owner, &opID, &f.Claims, &updated, &f.PrevToken, &prevOpID)
 	}
 	var err error
 	if c, ok := q.(conner); ok && isPool(q) {
@@ -110,7 +115,7 @@ func Lookup(ctx context.Context, q Querier, resource string) (Fence, error) {
 	if err != nil {
 		return Fence{}, fmt.Errorf("fence: lookup %q: %w", resource, err)
 	}
-	f.Owner, f.OpID = string(owner), string(opID)
+	f.Owner, f.OpID, f.PrevOpID = string(owner), string(opID), string(prevOpID)
 	if f.UpdatedAt, err = time.Parse("2006-01-02 15:04:05.999999", updated); err != nil {
 		return Fence{}, fmt.Errorf("fence: lookup %q: updated_at %q: %w", resource, updated, err)
 	}

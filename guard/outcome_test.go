@@ -111,8 +111,24 @@ func TestSettleWaitsForTransactionInFlight(t *testing.T) {
 	if c, err := guard.Settle(ctx, e.g, "k", 42, "op-2"); c || err != nil {
 		t.Fatalf("settle of another op = %v, %v; want not committed", c, err)
 	}
-	// A newer token claimed since leaves the outcome unknown.
+	// A newer claim that replaced an older token than ours: ours was not
+	// in the row, so it did not commit.
+	if c, err := guard.Settle(ctx, e.g, "k", 41, "op-0"); c || err != nil {
+		t.Fatalf("settle under a newer token that replaced an older one = %v, %v; want not committed", c, err)
+	}
+	// One more claim: the row now names 43 and, as the one it replaced,
+	// 42 (op-1), which therefore committed; of 41 it can no longer tell.
+	tx2, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	must(t, fence.ClaimOp(ctx, tx2, e.g.FenceResource("k"), 43, "owner", "op-3"))
+	must(t, tx2.Commit())
+	if c, err := guard.Settle(ctx, e.g, "k", 42, "op-1"); !c || err != nil {
+		t.Fatalf("settle of the op the newer claim replaced = %v, %v; want committed", c, err)
+	}
+	if c, err := guard.Settle(ctx, e.g, "k", 42, "op-2"); c || err == nil {
+		t.Fatalf("settle of another op of the replaced token = %v, %v; want an error (cannot tell)", c, err)
+	}
 	if c, err := guard.Settle(ctx, e.g, "k", 41, "op-0"); c || err == nil {
-		t.Fatalf("settle under a newer token = %v, %v; want an error", c, err)
+		t.Fatalf("settle under two newer tokens = %v, %v; want an error (cannot tell)", c, err)
 	}
 }

@@ -61,7 +61,7 @@ const erErrorDuringCommit = 1180
 const settleGrace = time.Second
 
 // errUnsettled explains why the fence row cannot tell a commit outcome.
-var errUnsettled = errors.New("a newer token has claimed the key since")
+var errUnsettled = errors.New("two or more newer tokens have claimed the key since")
 
 // settle reads the key's fence row on a fresh connection to tell whether the
 // attempt tx committed: the row carries tx's operation id if and only if it
@@ -142,8 +142,17 @@ func claimOutcome(tx *Tx, f fence.Fence, err error) (committed bool, _ error) {
 		// The row still holds this Do's token (or an older one) under another
 		// operation id: this attempt's claim, and so its commit, did not land.
 		return false, nil
+	case f.PrevOpID == tx.opID:
+		// The claim after this attempt's replaced it: it had committed.
+		return true, nil
+	case f.PrevToken < tx.token:
+		// The claim after this attempt's replaced an older token: this
+		// attempt's claim was not in the row, so it did not commit. (Had
+		// it committed, every later claim would follow it, and the first
+		// of them would name it.)
+		return false, nil
 	default:
-		return false, fmt.Errorf("%w (token %d, ours %d)", errUnsettled, f.Token, tx.token)
+		return false, fmt.Errorf("%w (token %d, previous %d, ours %d)", errUnsettled, f.Token, f.PrevToken, tx.token)
 	}
 }
 
