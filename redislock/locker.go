@@ -53,7 +53,9 @@ type Locker struct {
 // New returns a Locker using rdb, a *redis.Client, *redis.ClusterClient or
 // failover client. opt may be nil for all defaults. When opt is invalid or rdb
 // is nil, New still returns a Locker, whose every method returns an error
-// wrapping ErrInvalidOptions that names the problem.
+// wrapping ErrInvalidOptions that names the problem; [Locker.Err] returns it
+// at once, so that a program can refuse to start with it. New sends nothing
+// to Redis.
 func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	l := &Locker{rdb: rdb, closing: make(chan struct{}), subs: map[int]*subscriber{}, pubcmd: "PUBLISH"}
 	l.opt, l.err = opt.withDefaults()
@@ -70,6 +72,18 @@ func New(rdb redis.UniversalClient, opt *Options) *Locker {
 	l.args = scriptArgs{tokenTTL: l.msArg(l.opt.TokenTTL), waiter: l.msArg(l.opt.WaiterTimeout), pubcmd: l.pubcmd}
 	l.defLease = l.leaseFor(l.opt.LeaseTTL)
 	return l
+}
+
+// Err returns the error every call of l would return because of how l was
+// made: an [*OptionError] (matching [ErrInvalidOptions]) naming the first
+// invalid field of the Options given to [New], or an error wrapping
+// ErrInvalidOptions for a nil client or a nil *Locker. It returns nil for a
+// usable Locker, closed or not, and contacts nobody: check it right after New.
+func (l *Locker) Err() error {
+	if l == nil {
+		return fmt.Errorf("%w: nil *Locker", ErrInvalidOptions)
+	}
+	return l.err
 }
 
 // isNil tells whether rdb is nil, including a nil pointer of a client type

@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 )
 
 // Options configure a [Locker]. The zero value of every field selects its
-// default; negative durations and counts are invalid.
+// default; negative durations and counts are invalid, and so are durations
+// below each field's minimum (such as 5, which is 5ns, where 5*time.Second
+// was meant). [Locker.Err] reports an invalid field as an [*OptionError].
 type Options struct {
 	// Prefix starts the name of every Redis key and channel the Locker uses.
 	// It must not contain '{' or '}'.
@@ -78,7 +81,29 @@ const (
 	minLeaseTTL           = 30 * time.Millisecond
 	minRecheckInterval    = time.Millisecond
 	minWaiterTimeout      = 2 * minRecheckInterval
+	minReplicaTimeout     = time.Millisecond
 )
+
+// OptionError is the error of a [Locker] made from an invalid field of
+// [Options] (see [Locker.Err]): it names the field, the value set and the
+// rule it breaks, such as a duration given in the wrong unit (5 for 5s is
+// 5ns). It matches [ErrInvalidOptions].
+type OptionError struct {
+	Field  string // the field of Options, such as "LeaseTTL"
+	Value  any    // the value it was set to
+	Reason string // the rule the value breaks
+}
+
+// Error names the field, its value and the rule.
+func (e *OptionError) Error() string {
+	if s, ok := e.Value.(string); ok {
+		return fmt.Sprintf("redislock: invalid options: %s %q: %s", e.Field, s, e.Reason)
+	}
+	return fmt.Sprintf("redislock: invalid options: %s %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidOptions].
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
 
 // withDefaults returns a copy of o with every default applied, or an error
 // naming the first invalid field. Defaults that depend on other fields follow
@@ -89,14 +114,14 @@ func (o *Options) withDefaults() (Options, error) {
 	if o != nil {
 		c = *o
 	}
-	bad := func(format string, args ...any) (Options, error) {
-		return Options{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+	bad := func(field string, value any, format string, args ...any) (Options, error) {
+		return Options{}, &OptionError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 	}
 	if c.Prefix == "" {
 		c.Prefix = defaultPrefix
 	}
 	if err := validatePrefix(c.Prefix); err != nil {
-		return bad("%v", err)
+		return bad("Prefix", c.Prefix, "%s", strings.TrimPrefix(err.Error(), "Prefix "))
 	}
 	for _, d := range []struct {
 		name string
@@ -104,11 +129,11 @@ func (o *Options) withDefaults() (Options, error) {
 	}{{"LeaseTTL", c.LeaseTTL}, {"WaiterTimeout", c.WaiterTimeout}, {"RecheckInterval", c.RecheckInterval},
 		{"TokenTTL", c.TokenTTL}, {"ReplicaTimeout", c.ReplicaTimeout}} {
 		if d.v < 0 {
-			return bad("%s is negative (%v)", d.name, d.v)
+			return bad(d.name, d.v, "negative")
 		}
 	}
 	if c.MinReplicas < 0 {
-		return bad("MinReplicas is negative (%d)", c.MinReplicas)
+		return bad("MinReplicas", c.MinReplicas, "negative")
 	}
 	leaseSet, waiterSet, recheckSet := c.LeaseTTL != 0, c.WaiterTimeout != 0, c.RecheckInterval != 0
 
@@ -116,16 +141,16 @@ func (o *Options) withDefaults() (Options, error) {
 		c.LeaseTTL = defaultLeaseTTL
 	}
 	if c.LeaseTTL < minLeaseTTL {
-		return bad("LeaseTTL %v is shorter than %v", c.LeaseTTL, minLeaseTTL)
+		return bad("LeaseTTL", c.LeaseTTL, "shorter than %v", minLeaseTTL)
 	}
 
 	if recheckSet && c.RecheckInterval < minRecheckInterval {
-		return bad("RecheckInterval %v is shorter than %v", c.RecheckInterval, minRecheckInterval)
+		return bad("RecheckInterval", c.RecheckInterval, "shorter than %v", minRecheckInterval)
 	}
 	switch {
 	case waiterSet && c.WaiterTimeout < minWaiterTimeout:
-		return bad("WaiterTimeout %v is shorter than %v: a waiter re-checks twice per timeout, at most once per %v",
-			c.WaiterTimeout, minWaiterTimeout, minRecheckInterval)
+		return bad("WaiterTimeout", c.WaiterTimeout, "shorter than %v: a waiter re-checks twice per timeout, at most once per %v",
+			minWaiterTimeout, minRecheckInterval)
 	case !waiterSet:
 		c.WaiterTimeout = max(defaultWaiterTimeout, 3*c.RecheckInterval)
 	}
@@ -139,14 +164,14 @@ func (o *Options) withDefaults() (Options, error) {
 		// at most WaiterTimeout/2 since WaiterTimeout is at least 2ms.
 		switch {
 		case waiterSet && c.WaiterTimeout == o.WaiterTimeout:
-			return bad("RecheckInterval %v is more than half of WaiterTimeout %v: live waiters would be dropped",
-				c.RecheckInterval, c.WaiterTimeout)
+			return bad("RecheckInterval", c.RecheckInterval, "more than half of WaiterTimeout %v: live waiters would be dropped",
+				c.WaiterTimeout)
 		case leaseSet:
-			return bad("RecheckInterval %v is more than half of LeaseTTL %v, which caps the waiter timeout: "+
-				"live waiters would be dropped", c.RecheckInterval, c.LeaseTTL)
+			return bad("RecheckInterval", c.RecheckInterval, "more than half of LeaseTTL %v, which caps the waiter timeout: "+
+				"live waiters would be dropped", c.LeaseTTL)
 		default:
-			return bad("RecheckInterval %v is more than %v, half of the longest waiter timeout (the default lease): "+
-				"live waiters would be dropped", c.RecheckInterval, c.WaiterTimeout/2)
+			return bad("RecheckInterval", c.RecheckInterval, "more than %v, half of the longest waiter timeout (the default lease): "+
+				"live waiters would be dropped", c.WaiterTimeout/2)
 		}
 	}
 
@@ -155,15 +180,15 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.TokenTTL < c.LeaseTTL {
 		if leaseSet {
-			return bad("TokenTTL %v is shorter than LeaseTTL %v", c.TokenTTL, c.LeaseTTL)
+			return bad("TokenTTL", c.TokenTTL, "shorter than LeaseTTL %v", c.LeaseTTL)
 		}
-		return bad("TokenTTL %v is shorter than the lease (%v by default)", c.TokenTTL, c.LeaseTTL)
+		return bad("TokenTTL", c.TokenTTL, "shorter than the lease (%v by default)", c.LeaseTTL)
 	}
 	if c.ReplicaTimeout == 0 {
 		c.ReplicaTimeout = defaultReplicaTimeout
 	}
-	if c.ReplicaTimeout < time.Millisecond {
-		return bad("ReplicaTimeout %v is shorter than 1ms", c.ReplicaTimeout)
+	if c.ReplicaTimeout < minReplicaTimeout {
+		return bad("ReplicaTimeout", c.ReplicaTimeout, "shorter than %v", minReplicaTimeout)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

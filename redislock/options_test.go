@@ -2,9 +2,13 @@ package redislock
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults derived from other fields follow what the caller set, and an error
@@ -94,5 +98,88 @@ func TestOptionsErrorsNameWhatWasSet(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every duration option refuses a value that cannot work, such as 5 meant as
+// 5s (5ns), and a negative one, with an *OptionError naming the field and the
+// value, which Locker.Err returns right after New.
+func TestEveryDurationOptionRejectsWrongUnit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	defer rdb.Close()
+	fields := map[string]func(*Options) *time.Duration{
+		"LeaseTTL":        func(o *Options) *time.Duration { return &o.LeaseTTL },
+		"WaiterTimeout":   func(o *Options) *time.Duration { return &o.WaiterTimeout },
+		"RecheckInterval": func(o *Options) *time.Duration { return &o.RecheckInterval },
+		"TokenTTL":        func(o *Options) *time.Duration { return &o.TokenTTL },
+		"ReplicaTimeout":  func(o *Options) *time.Duration { return &o.ReplicaTimeout },
+	}
+	// Every duration field of Options is in the table.
+	typ := reflect.TypeOf(Options{})
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.Type == reflect.TypeOf(time.Duration(0)) && fields[f.Name] == nil {
+			t.Errorf("duration field %s is not tested", f.Name)
+		}
+	}
+	for name, field := range fields {
+		for _, v := range []time.Duration{5, 999 * time.Microsecond, -time.Second} {
+			t.Run(fmt.Sprintf("%s=%v", name, v), func(t *testing.T) {
+				var o Options
+				*field(&o) = v
+				l := New(rdb, &o)
+				err := l.Err()
+				var oe *OptionError
+				if !errors.As(err, &oe) || !errors.Is(err, ErrInvalidOptions) {
+					t.Fatalf("Err() = %v, want an *OptionError matching ErrInvalidOptions", err)
+				}
+				if oe.Field != name || oe.Value != v {
+					t.Errorf("OptionError{Field: %q, Value: %v}, want %q, %v", oe.Field, oe.Value, name, v)
+				}
+				if msg := err.Error(); !strings.Contains(msg, name+" "+v.String()) {
+					t.Errorf("%q does not name %s %v", msg, name, v)
+				}
+				if _, lerr := l.Lock(testCtx(t), "k"); lerr != err {
+					t.Errorf("Lock: %v, want Err()'s %v", lerr, err)
+				}
+			})
+		}
+	}
+}
+
+// Locker.Err reports every invalid Options field and nothing for a valid
+// Locker, without contacting Redis.
+func TestLockerErr(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	defer rdb.Close()
+	for _, c := range []struct {
+		opt   *Options
+		field string
+		value any
+	}{
+		{&Options{Prefix: "app{1}"}, "Prefix", "app{1}"},
+		{&Options{MinReplicas: -1}, "MinReplicas", -1},
+		{&Options{RecheckInterval: 3 * time.Second, WaiterTimeout: 4 * time.Second}, "RecheckInterval", 3 * time.Second},
+	} {
+		err := New(rdb, c.opt).Err()
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Field != c.field || oe.Value != c.value {
+			t.Errorf("%+v: Err() = %#v, want an *OptionError for %s = %v", c.opt, err, c.field, c.value)
+		}
+	}
+	if err := New(rdb, nil).Err(); err != nil {
+		t.Errorf("defaults: Err() = %v", err)
+	}
+	l := New(rdb, &Options{LeaseTTL: time.Minute})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("closed Locker: Err() = %v, want nil (nothing wrong with how it was made)", err)
+	}
+	if err := New(nil, nil).Err(); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil client: Err() = %v", err)
+	}
+	if err := (*Locker)(nil).Err(); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("nil *Locker: Err() = %v", err)
 	}
 }
