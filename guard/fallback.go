@@ -27,7 +27,11 @@ const (
 	// a database-mode holder of one key are serialised by the fence row
 	// like any two holders. Callers then wait in the database, each holding a
 	// connection (bounded by Options.FallbackMaxWaiters and
-	// FallbackMaxWaitersPerKey), and the queue is not FIFO.
+	// FallbackMaxWaitersPerKey), and the queue is not FIFO. A Do nested in
+	// fn on another key takes no slot of its own (it would wait for slots
+	// that callers blocked behind its enclosing call hold): the caps bound
+	// the outermost calls, and each nested call uses one connection more
+	// while its enclosing call runs, as in Redis mode.
 	FallbackDatabase
 )
 
@@ -305,21 +309,42 @@ func (f *fallback) admit(ctx context.Context, key string) (func(), error) {
 	}, nil
 }
 
+// nested reports whether ctx is the ctx of an fn that a Do still runs. A Do
+// called with it takes no database-mode slot: its enclosing calls hold the
+// connections and fence rows that the callers holding the slots may be
+// waiting for, so waiting for a slot could wait for itself (every slot held
+// by an enclosing call whose nested call waits, or a key's slots held by
+// callers waiting for a slot of the Guard). The slots thus bound the
+// outermost calls; each nested one uses a connection more while its
+// enclosing call runs, as in Redis mode, and nested calls that cannot all
+// get one are refused with ErrNestedPool (checkPool).
+func nested(ctx context.Context) bool {
+	for s, _ := ctx.Value(scopeKey{}).(*scope); s != nil; s = s.parent {
+		if !s.tx.ended.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // runDB is Do in database mode: no Redis, the fence row's lock serialises the
 // callers, and each attempt's claim mints the token.
 func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
 	f := g.fb
 	start := time.Now()
-	release, err := f.admit(ctx, key)
-	if err != nil {
-		tr.step(StepLock, 0, 0, start, err)
-		return err
+	release := func() {}
+	if !nested(ctx) {
+		var err error
+		if release, err = f.admit(ctx, key); err != nil {
+			tr.step(StepLock, 0, 0, start, err)
+			return err
+		}
 	}
 	tr.mode(ModeDatabase)
 	tr.step(StepLock, 0, 0, start, nil)
 	g.opt.Logger.DebugContext(ctx, "guard: database mode", "key", key)
 	var released chan struct{}
-	_, err = g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, time.Now(), fn, &released, tr)
+	_, err := g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, time.Now(), fn, &released, tr)
 	// The key is held until the transaction's connection is back (the fence
 	// row's lock ends with it) and the slot is given up: that is the unlock
 	// step of database mode, so that hooks see every acquisition end. When

@@ -49,8 +49,15 @@ func newFBEnvDial(t *testing.T, opt guard.Options, dial func(net.Conn) net.Conn)
 	t.Cleanup(func() { _ = f.rdb.Close() })
 	f.locker = redislock.New(f.rdb, &redislock.Options{Prefix: e.prefix})
 	t.Cleanup(func() { _ = f.locker.Close() })
+	f.g = f.newGuard(opt)
+	return f
+}
+
+// newGuard returns a Guard with the database fallback on f's Locker and
+// pool, whose mode changes and results f records.
+func (f *fbEnv) newGuard(opt guard.Options) *guard.Guard {
 	opt.Fallback = guard.FallbackDatabase
-	opt.Namespace = e.prefix
+	opt.Namespace = f.prefix
 	opt.Hooks.OnModeChange = func(from, to guard.Mode) {
 		f.mu.Lock()
 		f.modes = append(f.modes, from.String()+"->"+to.String())
@@ -61,8 +68,7 @@ func newFBEnvDial(t *testing.T, opt guard.Options, dial func(net.Conn) net.Conn)
 		f.results = append(f.results, r)
 		f.mu.Unlock()
 	}
-	f.g = guard.New(f.locker, e.db, &opt)
-	return f
+	return guard.New(f.locker, f.db, &opt)
 }
 
 func (f *fbEnv) lastMode() guard.Mode {
