@@ -42,7 +42,9 @@
 // so: an installed redis-server or mariadbd (system tables created with
 // mariadb-install-db in a temporary directory, root without a password, free
 // loopback ports), else a container through testcontainers-go when a Docker
-// engine answers. They are stopped and their files removed when the program
+// engine answers and the program was built with the containers tag (go run
+// -tags containers ./examples/inventory; the default build leaves the
+// container stack out, so that the first run compiles quickly). They are stopped and their files removed when the program
 // ends, on Ctrl-C and SIGTERM too. When a server can be had in none of these
 // ways, the program names every missing server in one message, within about
 // two seconds, with the ways out: set REDIS_ADDR and MYSQL_DSN, run

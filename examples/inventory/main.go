@@ -44,7 +44,7 @@ const (
 )
 
 // startServersUsage documents -start-servers of both subcommands.
-const startServersUsage = "when Redis or MySQL does not answer, start a throwaway one for this run (installed redis-server/mariadbd, else a container), removed when it ends"
+const startServersUsage = "when Redis or MySQL does not answer, start a throwaway one for this run (installed redis-server/mariadbd, else a container when built with -tags containers), removed when it ends"
 
 // run is the whole program; main only wires signals and the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -41,6 +41,10 @@ type launcher struct {
 // only when a server cannot be started as a local process.
 const dockerTimeout = 800 * time.Millisecond
 
+// errContainersOff says how to build the program with containers, which the
+// default build leaves out to build quickly.
+var errContainersOff = errors.New("containers are not compiled in (to start them, run: go run -tags containers ./examples/inventory)")
+
 // localLauncher starts redis-server and mariadbd when they are installed,
 // else containers when a Docker engine answers.
 func localLauncher() launcher {
@@ -48,6 +52,9 @@ func localLauncher() launcher {
 		ctx, cancel := context.WithTimeout(context.Background(), dockerTimeout)
 		defer cancel()
 		if err := devserver.DockerAvailable(ctx); err != nil {
+			if errors.Is(err, devserver.ErrNoContainers) {
+				return errContainersOff
+			}
 			return fmt.Errorf("no Docker engine answers for containers (%v)", oneLine(err))
 		}
 		return nil
