@@ -58,7 +58,10 @@ type Hooks struct {
 }
 
 // Options configure a [Guard]. The zero value (or a nil *Options) gives the
-// defaults.
+// defaults. A duration, when set, must be at least 1ms: a smaller one is
+// almost surely a unit mistake (UnlockTimeout: 5 is 5ns, not 5s) and is
+// refused. [Guard.Err] reports an invalid field as an [*OptionError] right
+// after [New].
 type Options struct {
 	// MaxAttempts bounds how many times the whole transaction runs when an
 	// attempt fails because its own transaction failed: a deadlock, a lock
@@ -69,16 +72,18 @@ type Options struct {
 
 	// BackoffMin is the pause after the first failed attempt; it doubles
 	// after each further failure up to BackoffMax. Each pause is jittered
-	// uniformly into [d/2, d].
+	// uniformly into [d/2, d]. At least 1ms.
 	// default: 10ms
 	BackoffMin time.Duration
 
-	// BackoffMax caps the pause between attempts.
+	// BackoffMax caps the pause between attempts. At least 1ms and at
+	// least BackoffMin.
 	// default: 500ms (or BackoffMin, if larger)
 	BackoffMax time.Duration
 
 	// UnlockTimeout bounds the Unlock that ends every Do. It runs on a fresh
 	// context, so a caller whose ctx was cancelled still releases the lock.
+	// At least 1ms.
 	// default: 5s
 	UnlockTimeout time.Duration
 
@@ -86,7 +91,7 @@ type Options struct {
 	// connection died during COMMIT, or during a statement that may have
 	// ended the transaction (CALL and the like), to find out whether it
 	// committed. Once the caller's ctx has ended, the check gets a second at
-	// most.
+	// most. At least 1ms.
 	// default: 10s
 	SettleTimeout time.Duration
 
@@ -124,7 +129,7 @@ type Options struct {
 
 	// FallbackRetry is how long the Guard stays in database mode before one
 	// Do tries Redis again; when it succeeds, the Guard is back in Redis
-	// mode.
+	// mode. At least 1ms.
 	// default: 1s
 	FallbackRetry time.Duration
 
@@ -132,10 +137,12 @@ type Options struct {
 	// health probe (a PING, at most one per FallbackProbeAfter per Guard)
 	// checks that Redis still answers; a Redis that stopped answering is
 	// thus noticed by waiting callers, which then switch to database mode.
+	// At least 1ms.
 	// default: 250ms
 	FallbackProbeAfter time.Duration
 
-	// FallbackProbeTimeout is how long a health probe waits for Redis.
+	// FallbackProbeTimeout is how long a health probe waits for Redis. At
+	// least 1ms.
 	// default: 250ms
 	FallbackProbeTimeout time.Duration
 
@@ -261,6 +268,51 @@ const (
 	defaultFallbackWaiters = 8
 )
 
+// minDuration is the shortest duration option that can work: a pause, a
+// timeout or an interval below it is almost surely a unit mistake (5 meant
+// as 5s is 5ns), which would drop every unlock or spin on Redis.
+const minDuration = time.Millisecond
+
+// OptionError is the error of a [Guard] made from an invalid field of
+// [Options] (see [Guard.Err]): it names the field, the value set and the rule
+// it breaks. It matches [ErrInvalidOptions]; its message, such as
+// "Options.UnlockTimeout is 5ns, below 1ms", comes after the "guard: invalid
+// options" of the error that wraps it.
+type OptionError struct {
+	Field  string // the field of Options, such as "UnlockTimeout"
+	Value  any    // the value it was set to
+	Reason string // the rule the value breaks
+}
+
+// Error names the field, its value and the rule.
+func (e *OptionError) Error() string {
+	if s, ok := e.Value.(string); ok {
+		return fmt.Sprintf("Options.%s is %q, %s", e.Field, s, e.Reason)
+	}
+	return fmt.Sprintf("Options.%s is %v, %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidOptions].
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
+
+// Err returns the error every Do of g would return, before touching anything,
+// because of how g was made: an error wrapping [ErrInvalidGuard] for a nil or
+// zero Guard, a nil Locker or DB, invalid [Options] (then it also matches
+// [ErrInvalidOptions], and names the field and value), or a Locker whose own
+// Err is not nil (then it also matches redislock.ErrInvalidOptions). It
+// returns nil otherwise and contacts nobody: check it right after [New], so
+// that a program refuses to start rather than fail on every call. It does not
+// check the database pool ([Guard.CheckDatabase] does) or the servers.
+func (g *Guard) Err() error {
+	if err := g.usable(); err != nil {
+		return err
+	}
+	if err := g.locker.Err(); err != nil {
+		return fmt.Errorf("%w: locker: %w", ErrInvalidGuard, err)
+	}
+	return nil
+}
+
 // withPool checks and completes the options that depend on the database
 // pool: FallbackMaxWaiters must leave connections for the rest of the
 // application.
@@ -275,7 +327,8 @@ func (o Options) withPool(maxOpen int) (Options, error) {
 		}
 	}
 	if maxOpen > 0 && o.FallbackMaxWaiters > maxOpen {
-		return o, fmt.Errorf("Options.FallbackMaxWaiters is %d, more than the pool's %d connections (sql.DB.SetMaxOpenConns)", o.FallbackMaxWaiters, maxOpen)
+		return o, &OptionError{Field: "FallbackMaxWaiters", Value: o.FallbackMaxWaiters,
+			Reason: fmt.Sprintf("more than the pool's %d connections (sql.DB.SetMaxOpenConns)", maxOpen)}
 	}
 	if o.FallbackMaxWaitersPerKey > o.FallbackMaxWaiters {
 		o.FallbackMaxWaitersPerKey = o.FallbackMaxWaiters
@@ -283,47 +336,65 @@ func (o Options) withPool(maxOpen int) (Options, error) {
 	return o, nil
 }
 
-// withDefaults validates o and returns a copy with every default applied.
+// durations lists every duration field of o with its default, for the checks
+// of withDefaults.
+func (o *Options) durations() []struct {
+	name string
+	v    time.Duration
+	def  time.Duration
+} {
+	return []struct {
+		name string
+		v    time.Duration
+		def  time.Duration
+	}{
+		{"BackoffMin", o.BackoffMin, defaultBackoffMin}, {"BackoffMax", o.BackoffMax, defaultBackoffMax},
+		{"UnlockTimeout", o.UnlockTimeout, defaultUnlockTimeout}, {"SettleTimeout", o.SettleTimeout, defaultSettleTimeout},
+		{"FallbackRetry", o.FallbackRetry, defaultFallbackRetry}, {"FallbackProbeAfter", o.FallbackProbeAfter, defaultFallbackProbe},
+		{"FallbackProbeTimeout", o.FallbackProbeTimeout, defaultFallbackProbe},
+	}
+}
+
+// withDefaults validates o and returns a copy with every default applied. An
+// error is an *OptionError naming the first invalid field.
 func (o Options) withDefaults() (Options, error) {
+	bad := func(field string, value any, format string, args ...any) (Options, error) {
+		return o, &OptionError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+	}
+	for _, d := range o.durations() {
+		switch {
+		case d.v < 0:
+			return bad(d.name, d.v, "must not be negative (0 selects the default, %v)", d.def)
+		case d.v > 0 && d.v < minDuration:
+			return bad(d.name, d.v, "below %v: too short to work (0 selects the default, %v; 5 is 5ns, 5*time.Second is 5s)",
+				minDuration, d.def)
+		}
+	}
 	switch {
 	case o.MaxAttempts < 0:
-		return o, fmt.Errorf("Options.MaxAttempts is %d, must be >= 0", o.MaxAttempts)
-	case o.BackoffMin < 0:
-		return o, fmt.Errorf("Options.BackoffMin is %v, must be >= 0", o.BackoffMin)
-	case o.BackoffMax < 0:
-		return o, fmt.Errorf("Options.BackoffMax is %v, must be >= 0", o.BackoffMax)
+		return bad("MaxAttempts", o.MaxAttempts, "must be >= 0")
 	case o.BackoffMax > 0 && o.BackoffMax < o.BackoffMin:
-		return o, fmt.Errorf("Options.BackoffMax (%v) is below Options.BackoffMin (%v)", o.BackoffMax, o.BackoffMin)
-	case o.UnlockTimeout < 0:
-		return o, fmt.Errorf("Options.UnlockTimeout is %v, must be >= 0", o.UnlockTimeout)
-	case o.SettleTimeout < 0:
-		return o, fmt.Errorf("Options.SettleTimeout is %v, must be >= 0", o.SettleTimeout)
+		return bad("BackoffMax", o.BackoffMax, "below Options.BackoffMin (%v)", o.BackoffMin)
 	case strings.ContainsAny(o.Namespace, "{}"):
-		return o, fmt.Errorf("Options.Namespace %q contains '{' or '}'", o.Namespace)
+		return bad("Namespace", o.Namespace, "contains '{' or '}'")
 	case len(o.Namespace) > maxNamespaceLen:
-		return o, fmt.Errorf("Options.Namespace is %d bytes, more than %d", len(o.Namespace), maxNamespaceLen)
+		return bad("Namespace", o.Namespace, "%d bytes, more than %d", len(o.Namespace), maxNamespaceLen)
 	case o.MaxBatch < 0:
-		return o, fmt.Errorf("Options.MaxBatch is %d, must be >= 0", o.MaxBatch)
+		return bad("MaxBatch", o.MaxBatch, "must be >= 0")
 	case o.HandOff < HandOffAuto || o.HandOff > HandOffAtEnd:
-		return o, fmt.Errorf("Options.HandOff is %v, not HandOffAuto, HandOffAtClaim or HandOffAtEnd", o.HandOff)
+		return bad("HandOff", o.HandOff, "not HandOffAuto, HandOffAtClaim or HandOffAtEnd")
 	case o.TxOptions != nil && o.TxOptions.ReadOnly:
-		return o, fmt.Errorf("Options.TxOptions.ReadOnly is set, but the fence claim writes")
+		return bad("TxOptions.ReadOnly", true, "but the fence claim writes")
 	}
 	switch {
 	case o.Fallback < FallbackNone || o.Fallback > FallbackDatabase:
-		return o, fmt.Errorf("Options.Fallback is %v, not FallbackNone or FallbackDatabase", o.Fallback)
+		return bad("Fallback", o.Fallback, "not FallbackNone or FallbackDatabase")
 	case o.FallbackAfter < 0:
-		return o, fmt.Errorf("Options.FallbackAfter is %d, must be >= 0", o.FallbackAfter)
-	case o.FallbackRetry < 0:
-		return o, fmt.Errorf("Options.FallbackRetry is %v, must be >= 0", o.FallbackRetry)
-	case o.FallbackProbeAfter < 0:
-		return o, fmt.Errorf("Options.FallbackProbeAfter is %v, must be >= 0", o.FallbackProbeAfter)
-	case o.FallbackProbeTimeout < 0:
-		return o, fmt.Errorf("Options.FallbackProbeTimeout is %v, must be >= 0", o.FallbackProbeTimeout)
+		return bad("FallbackAfter", o.FallbackAfter, "must be >= 0")
 	case o.FallbackMaxWaiters < 0:
-		return o, fmt.Errorf("Options.FallbackMaxWaiters is %d, must be >= 0", o.FallbackMaxWaiters)
+		return bad("FallbackMaxWaiters", o.FallbackMaxWaiters, "must be >= 0")
 	case o.FallbackMaxWaitersPerKey < 0:
-		return o, fmt.Errorf("Options.FallbackMaxWaitersPerKey is %d, must be >= 0", o.FallbackMaxWaitersPerKey)
+		return bad("FallbackMaxWaitersPerKey", o.FallbackMaxWaitersPerKey, "must be >= 0")
 	}
 	if o.FallbackAfter == 0 {
 		o.FallbackAfter = defaultFallbackAfter
