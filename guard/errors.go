@@ -24,11 +24,13 @@ var (
 
 	// ErrInvalidGuard is returned by Do on a nil or zero Guard, or one built
 	// by [New] with a nil Locker, a nil DB or invalid [Options]; the error
-	// text names the problem.
+	// text names the problem. [Guard.Err] returns the same error right after
+	// New.
 	ErrInvalidGuard = errors.New("guard: invalid guard")
 
-	// ErrInvalidOptions is returned (together with [ErrInvalidGuard]) by Do on
-	// a Guard built with invalid [Options].
+	// ErrInvalidOptions is returned (together with [ErrInvalidGuard]) by Do
+	// and [Guard.Err] on a Guard built with invalid [Options]; the error names
+	// the field and its value (see [OptionError]).
 	ErrInvalidOptions = errors.New("guard: invalid options")
 
 	// ErrLockLost is returned when the lock was lost (lease expired, deleted,

@@ -21,7 +21,9 @@ var (
 	// MaxKeyLen bytes or not valid UTF-8.
 	ErrInvalidKey = errors.New("redislock: invalid key")
 	// ErrInvalidOptions is wrapped by every error of a Locker built from
-	// invalid Options or a nil client, and by errors for invalid LockOptions.
+	// invalid Options (an [*OptionError]) or a nil client, which
+	// [Locker.Err] returns right after New, and by errors for invalid
+	// LockOptions.
 	ErrInvalidOptions = errors.New("redislock: invalid options")
 	// ErrNotReplicated is joined with ErrNotAcquired when fewer than
 	// Options.MinReplicas replicas acknowledged a grant within
