@@ -327,6 +327,11 @@ func nested(ctx context.Context) bool {
 	return false
 }
 
+// dbMode reports whether h holds its key in database mode, where each
+// claim mints the token: the fence row's lock, which ends with the
+// transaction, is then all that keeps the key's next caller out.
+func (h holding) dbMode() bool { return h.token == 0 }
+
 // runDB is Do in database mode: no Redis, the fence row's lock serialises the
 // callers, and each attempt's claim mints the token.
 func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
