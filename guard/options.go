@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/warnlog"
 )
 
 // Hooks are callbacks through which users plug metrics and tracing into a
@@ -241,8 +242,13 @@ type Options struct {
 	NoRelay bool
 
 	// Logger receives debug records of each step and warnings for lost
-	// locks, fenced tokens, retries and failed unlocks.
-	// default: a logger that discards everything
+	// locks, fenced tokens, retries, failed unlocks and the switch to
+	// database mode (Fallback).
+	// default: slog.Default() for warnings and errors (looked up at each
+	// record, so a later slog.SetDefault applies); records below
+	// slog.LevelWarn, the debug records of each step among them, are
+	// dropped. Set a logger to see those too, or
+	// slog.New(slog.DiscardHandler) to silence everything.
 	Logger *slog.Logger
 
 	// Hooks are called at each step; see [Hooks].
@@ -427,7 +433,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.SettleTimeout = defaultSettleTimeout
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = warnlog.New()
 	}
 	return o, nil
 }

@@ -1,11 +1,13 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -182,5 +184,29 @@ func TestGuardErr(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), c.text) {
 			t.Errorf("%s: %q does not say %q", name, err, c.text)
 		}
+	}
+}
+
+// Without Options.Logger, warnings go to slog.Default() and debug records
+// nowhere; a Logger that is set is kept.
+func TestDefaultLoggerWarnsThroughSlogDefault(t *testing.T) {
+	var out bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Logger.Debug("guard: committed", "key", "k")
+	o.Logger.Info("guard: Redis answers again")
+	o.Logger.Warn("guard: lock lost", "key", "k")
+	if got := out.String(); !strings.Contains(got, `level=WARN msg="guard: lock lost" key=k`) ||
+		strings.Contains(got, "committed") || strings.Contains(got, "answers again") {
+		t.Fatalf("slog.Default() got %q, want the warning only", got)
+	}
+	own := slog.New(slog.DiscardHandler)
+	if o, _ := (Options{Logger: own}).withDefaults(); o.Logger != own {
+		t.Fatal("the Logger set was replaced")
 	}
 }

@@ -2,10 +2,11 @@ package redislock
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/redfence/redfence/internal/warnlog"
 )
 
 // Options configure a [Locker]. The zero value of every field selects its
@@ -60,10 +61,13 @@ type Options struct {
 	// default: 1s
 	ReplicaTimeout time.Duration
 
-	// Logger receives warnings about failed background work (renewal, queue
-	// clean-up). The same failures reach the caller through Lock.Err or
-	// OnLost.
-	// default: a logger that discards everything
+	// Logger receives warnings about lost locks and failed background work
+	// (renewal, re-checks, queue clean-up, subscriptions). The same failures
+	// reach the caller through Lock.Err or OnLost.
+	// default: slog.Default() for warnings and errors (looked up at each
+	// record, so a later slog.SetDefault applies); records below
+	// slog.LevelWarn are dropped. Set a logger to send them elsewhere, or
+	// slog.New(slog.DiscardHandler) to silence them.
 	Logger *slog.Logger
 
 	// OnLost, when set, is called from the renewal goroutine when a held lock
@@ -191,7 +195,7 @@ func (o *Options) withDefaults() (Options, error) {
 		return bad("ReplicaTimeout", c.ReplicaTimeout, "shorter than %v", minReplicaTimeout)
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = warnlog.New()
 	}
 	return c, nil
 }
