@@ -325,7 +325,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	resource := g.resource(key)
 	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
 	// fn returned must not roll back a commit that is safe to make.
-	stx, lg, err := g.begin(ctx, key)
+	stx, lg, connID, err := g.begin(ctx, key)
 	kept := false // lg is taken care of
 	defer func() {
 		if lg != nil && !kept {
@@ -344,7 +344,10 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 			g.rollback(ctx, stx)
 		}
 	}()
-	if err := fence.ClaimExisting(lctx, stx, resource, r.token, tx.owner, tx.opID); err != nil {
+	stopKill := g.killOnEnd(lctx, connID, settleGrace)
+	err = fence.ClaimExisting(lctx, stx, resource, r.token, tx.owner, tx.opID)
+	stopKill()
+	if err != nil {
 		if errors.Is(err, fence.ErrStale) {
 			finished = true
 			g.rollback(ctx, stx)

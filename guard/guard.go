@@ -429,7 +429,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
 	// after fn returned must not roll back a commit that is safe to make.
-	stx, lg, err := g.begin(ctx, key)
+	stx, lg, connID, err := g.begin(ctx, key)
 	kept := false // lg is taken care of
 	defer func() {
 		if lg != nil && !kept {
@@ -451,6 +451,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}()
 
 	var claimErr error
+	stopKill := g.killOnEnd(lctx, connID, settleGrace)
 	if token == 0 {
 		// Database mode: the claim mints the token.
 		tx.token, claimErr = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID)
@@ -458,6 +459,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	} else {
 		claimErr = fence.ClaimExisting(lctx, stx, resource, token, tx.owner, tx.opID)
 	}
+	stopKill()
 	switch {
 	case claimErr == nil:
 	case errors.Is(claimErr, fence.ErrNoFence):

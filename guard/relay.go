@@ -404,25 +404,25 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 // begin begins an attempt's transaction on key: unless Options.NoRelay,
 // a leg (see takeLeg), which lg returns and the caller must end unless it
 // passes it on; otherwise a transaction of the pool, bound to ctx.
-func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, err error) {
+func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, connID uint64, err error) {
 	if !g.relaying() {
 		if stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 	} else {
 		if lg, err = g.takeLeg(ctx, key); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		stx = lg.tx
 	}
-	if err = beginSession(ctx, stx); err != nil {
+	if connID, err = beginSession(ctx, stx); err != nil {
 		g.rollback(ctx, stx)
 		if lg != nil {
 			lg.end()
 		}
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return stx, lg, nil
+	return stx, lg, connID, nil
 }
 
 // beginLeg begins a transaction on the pool, bound to ctx.

@@ -29,6 +29,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
@@ -56,14 +58,40 @@ var ErrSchemaOutdated = errors.New("guard: the database's redfence schema is out
 var errNotClaimingTx = errors.New("the transaction that claimed the fence row ended before COMMIT")
 
 // beginSession marks stx, just begun (or chained), as an attempt's
-// transaction; see the file comment.
-func beginSession(ctx context.Context, stx *sqlx.Tx) error {
-	_, err := stx.ExecContext(ctx, sqlBeginSession)
+// transaction; see the file comment. It returns the session's connection
+// id, for killStatement.
+func beginSession(ctx context.Context, stx *sqlx.Tx) (connID uint64, err error) {
+	err = stx.QueryRowContext(ctx, sqlBeginSession).Scan(&connID)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
-		return fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
+		return 0, fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
 	}
-	return err
+	return connID, err
+}
+
+// killOnEnd makes the end of ctx end the server thread of connection
+// connID (KILL, from another connection of the pool), until stop is
+// called. When ctx ends during a statement, the driver closes its socket,
+// but a server thread waiting for a row lock does not notice, and would
+// keep waiting, holding the lock's queue place and a connection slot, for
+// up to innodb_lock_wait_timeout. stop returns once a KILL under way has
+// ended; the KILL is bounded by timeout.
+func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration) (stop func()) {
+	if connID == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	after := context.AfterFunc(ctx, func() {
+		defer close(done)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(connID, 10))
+	})
+	return func() {
+		if !after() {
+			<-done
+		}
+	}
 }
 
 // commitSession commits stx if it is still the transaction beginSession

@@ -21,64 +21,59 @@ import (
 // runs on it is ordered after the previous holders' commits and before the
 // next holders'. Commit and Rollback belong to Do.
 //
-// Tx's statement methods (Exec, Query, QueryRow, Get, Select, NamedExec,
-// Prepare and their Context, x and Named forms) watch over the transaction:
-//   - A statement that would end it, explicitly or by implicit commit
-//     (START TRANSACTION, BEGIN, COMMIT, ROLLBACK, DDL such as CREATE TABLE,
-//     LOCK TABLES, SET autocommit, account management), is refused with
-//     [ErrImplicitCommit] before it is sent; Do then rolls back and returns
-//     that error. A CREATE or DROP of a TEMPORARY table is allowed.
+// What keeps fn inside the fenced transaction is the server, not the text of
+// fn's statements. While the transaction is open, the session runs with
+// autocommit off and completion_type RELEASE, and Do commits only after the
+// server has shown that the transaction is still the one that claimed (a
+// savepoint set when it began still exists); see the migrations that create
+// the redfence_* procedures. Whatever fn runs, through Tx, the embedded
+// *sqlx.Tx, Unsafe, a prepared or bound statement, a procedure, or several
+// statements in one text:
+//   - nothing fn runs after the transaction has ended commits on its own:
+//     after a rollback by the server (a deadlock reported only through
+//     rows.Err, say) or an implicit commit (DDL, and forms nobody listed),
+//     fn's next statements open another transaction, which Do rolls back;
+//   - a COMMIT or ROLLBACK fn sends, in any form, also ends the session:
+//     fn's later statements fail;
+//   - Do returns nil only if the transaction that claimed is the one that
+//     committed. Otherwise it reads the fence row: if the claiming
+//     transaction committed (with what fn did until it ended), Do returns
+//     [ErrImplicitCommit] and never runs fn again; if it was rolled back,
+//     nothing of the attempt applied, and Do runs fn again when fn returned
+//     nil or a deadlock-class error, or returns [ErrNotCommitted]; when the
+//     row cannot tell (two newer holders have claimed it since), Do returns
+//     [ErrOutcomeUnknown].
+//
+// On top of that, Tx's statement methods (Exec, Query, QueryRow, Get,
+// Select, NamedExec, Prepare and their Context, x and Named forms) give
+// early, clear errors:
+//   - A statement that would plainly end the transaction (START
+//     TRANSACTION, BEGIN, COMMIT, ROLLBACK, DDL such as CREATE TABLE, LOCK
+//     TABLES, SET autocommit, account management) is refused with
+//     [ErrImplicitCommit] before it is sent. A CREATE or DROP of a
+//     TEMPORARY table is allowed.
 //   - A statement whose effect the text does not show (CALL, EXECUTE, a
-//     compound statement) runs inside a savepoint that Do checks afterwards
-//     (through Exec at once, through a Query form before the next statement
-//     or when fn returns), whether the statement failed or not; if it ended the
-//     transaction, Do rolls back what is left and returns
-//     [ErrImplicitCommit]. When it failed after ending it, the fence row
-//     tells a commit (ErrImplicitCommit, never retried, even after a
-//     deadlock) from a rollback (retried after a deadlock, [ErrNotCommitted]
-//     otherwise); a connection lost during it is settled on a fresh
-//     connection, as a lost COMMIT is. When the row cannot tell (a newer
-//     holder has claimed it since), Do returns [ErrOutcomeUnknown]. What a
-//     procedure runs after it has ended the transaction runs outside it:
-//     after a rollback, Do cannot see those writes.
+//     compound statement) runs inside a savepoint that Tx checks
+//     afterwards, so that fn learns at once when it ended the transaction.
 //   - After a deadlock, a lock wait timeout, a write conflict under
-//     snapshot isolation (1020) or a lost connection, the server has rolled
-//     the transaction (or the statement) back; later statements are refused
-//     with that error, and Do retries the whole transaction when fn returns
-//     that error or nil.
+//     snapshot isolation (1020) or a lost connection, later statements are
+//     refused with that error, and Do runs the whole transaction again when
+//     fn returns that error or nil (after proving from the server that
+//     nothing of the attempt committed).
 //   - After any other server error, except a few that are known to undo the
 //     statement only (duplicate key, foreign key, NULL, syntax, unknown
-//     table or column), the next statement and COMMIT first read the fence
-//     row to check that the transaction is still open. If
-//     the server rolled it back, that statement is refused and Do returns
-//     an error wrapping [ErrNotCommitted]: nothing of the attempt applied.
+//     table or column), the next statement first checks that the
+//     transaction is still open, and is refused with [ErrNotCommitted] when
+//     it is not.
 //   - Once fn has returned, its statements are refused with an error
 //     wrapping sql.ErrTxDone, and the statements it prepared are closed
-//     (when relayed, the underlying transaction lives on, chained,
-//     as the next caller's).
+//     (when relayed, the underlying transaction lives on, chained, as the
+//     next caller's).
 //
-// Tx sees the text of a statement fn prepares (Prepare and its forms) and
-// vets it as above, but not its executions, and an opaque one is checked
-// only up to the next check (that of the next opaque statement, or
-// COMMIT's): run opaque statements with Exec. Tx sees neither the text nor the executions of a
-// statement fn binds (Stmt and its forms) or runs through the *sqlx.Tx that
-// Unsafe returns: keep those to statements that stay inside the
-// transaction. Prefer Tx's own methods: Do runs the attempt again after a
-// deadlock of theirs, never after one of the others. Once fn holds such a
-// statement, every later statement through Tx, COMMIT, and Do when fn
-// returns an error first read the fence row (a round trip, two without
-// interpolateParams) to check that the server has not rolled the
-// transaction back on an error Tx did not see. If it has, that statement is
-// refused and Do returns an error wrapping [ErrOutcomeUnknown]: the fenced
-// transaction did not commit, but unseen statements that ran after the
-// rollback ran outside it, each committing on its own. With fn's statements
-// on several goroutines, a check by one of them can pass just before an
-// unseen statement of another meets such an error; the check before COMMIT
-// still finds it.
-//
-// The embedded *sqlx.Tx (t.Tx) runs unwatched and unchecked: keep it to
-// statements that stay inside the transaction, and never use it after fn
-// has returned.
+// Statements run through the embedded *sqlx.Tx, Unsafe, or statements fn
+// prepared or bound get none of these early errors (their failures reach
+// Do only when fn returns them), but the guarantees above hold for them
+// too. Never use any of them after fn has returned.
 type Tx struct {
 	*sqlx.Tx
 
@@ -109,13 +104,6 @@ type Tx struct {
 	// only the statement). Before the next statement, and before COMMIT,
 	// Tx checks that the claim still holds the fence row (confirm).
 	suspect atomic.Pointer[error]
-	// unwatched is set once fn holds a statement whose executions Tx does
-	// not see (prepared, bound with Stmt, or the *sqlx.Tx of Unsafe): one
-	// of them may have met an error that rolled the transaction back, after
-	// which statements run outside it, each committing on its own. From
-	// then on every statement through Tx, and COMMIT, first checks that the
-	// claim still holds the fence row (confirm).
-	unwatched atomic.Bool
 	// settleLost, when set, tells on a fresh connection whether the
 	// transaction committed, after its connection was lost (Guard.settle).
 	settleLost func(context.Context) (committed bool, err error)
@@ -188,9 +176,8 @@ func (t *Tx) fail(err error, retry bool) {
 }
 
 // keep records a statement prepared on the transaction, for finish to close.
-// Its executions run unwatched.
+// Its executions run unseen by Tx.
 func (t *Tx) keep(st io.Closer) {
-	t.unwatched.Store(true)
 	t.prepared.Lock()
 	defer t.prepared.Unlock()
 	if t.ended.Load() {
@@ -263,18 +250,10 @@ func statementOnly(n uint16) bool {
 // the claim's operation id; when the server rolled it back, the read runs on
 // its own and shows someone else's. Nothing has run since the error, so
 // nothing ran outside the fence: the attempt fails with ErrNotCommitted.
-//
-// Once fn holds a statement that runs unwatched, confirm checks every time:
-// such a statement may have met an error that rolled the transaction back,
-// and such statements may have run on after that, outside it. Do then
-// returns ErrOutcomeUnknown.
 func (t *Tx) confirm(ctx context.Context) error {
 	p := t.suspect.Swap(nil)
 	if p == nil {
-		if !t.unwatched.Load() {
-			return nil
-		}
-		p = &errUnwatched
+		return nil
 	}
 	f, err := fence.Lookup(ctx, t.Tx, t.resource)
 	switch {
@@ -289,23 +268,10 @@ func (t *Tx) confirm(ctx context.Context) error {
 		}
 		return err
 	}
-	var ferr error
-	if t.unwatched.Load() {
-		// Statements Tx does not see may have run after the rollback, each
-		// committing on its own.
-		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back, and statements Tx does not see "+
-			"may have run after that, outside it: %w", t.key, ErrOutcomeUnknown, *p)
-	} else {
-		ferr = fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
-	}
+	ferr := fmt.Errorf("guard: %q: %w: the server rolled the transaction back: %w", t.key, ErrNotCommitted, *p)
 	t.fail(ferr, false)
 	return ferr
 }
-
-// errUnwatched is the reason confirm gives when no error was seen: a
-// statement fn prepared (or bound with Stmt) runs where Tx cannot see its
-// errors.
-var errUnwatched = errors.New("an error of a statement prepared in fn, bound with Stmt or run through Unsafe, which Tx does not see")
 
 // checkTimeout bounds a check of the transaction when fn's ctx has no
 // deadline.
@@ -469,11 +435,6 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 		return t.failFinally(t.endedErr("it rolled it back; what ran after that ran outside the fence"))
 	}
 	rerr := fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back", t.key, ErrNotCommitted)
-	if t.unwatched.Load() {
-		rerr = fmt.Errorf("guard: %q: %w: a statement fn ran rolled the transaction back, and statements Tx does not see "+
-			"may have run after that, outside it", t.key, ErrOutcomeUnknown)
-		return t.failFinally(rerr)
-	}
 	if t.failure() == nil {
 		t.fail(rerr, false)
 	}
@@ -871,7 +832,6 @@ func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
 // transaction, and never use it after fn has returned, when the underlying
 // transaction may already be the next caller's.
 func (t *Tx) Unsafe() *sqlx.Tx {
-	t.unwatched.Store(true)
 	return t.Tx.Unsafe()
 }
 

@@ -9,7 +9,9 @@
 -- transaction it commits is the one that claimed. The session's own
 -- autocommit and completion_type are kept in @redfence_session (once, so
 -- that a transaction chained by redfence_commit_chain keeps the original)
--- and put back by redfence_commit and redfence_rollback.
+-- and put back by redfence_commit and redfence_rollback. It answers the
+-- session's connection id, with which Do ends a statement the server would
+-- otherwise keep waiting after the caller gave up (KILL).
 CREATE PROCEDURE redfence_begin()
 BEGIN
     IF @redfence_session IS NULL THEN
@@ -17,4 +19,5 @@ BEGIN
     END IF;
     SET autocommit = 0, completion_type = 'RELEASE';
     SAVEPOINT redfence_tx;
+    SELECT CONNECTION_ID();
 END
