@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redfence/redfence/internal/errs"
 	"github.com/redfence/redfence/redislock"
 )
 
@@ -290,7 +291,7 @@ func (g *Guard) quit(b *batch, m *member) error {
 	case fnErr != nil:
 		// The runner never commits the work of a failed fn, nor of an
 		// attempt it is about to retry.
-		return errors.Join(fnErr, cause)
+		return errs.Join(fnErr, cause)
 	}
 	return notAcquired(b.key, cause)
 }
@@ -298,7 +299,7 @@ func (g *Guard) quit(b *batch, m *member) error {
 // notAcquired is the error of a member that left before its fn ran, as Do
 // without batching reports a lock wait that ctx ended.
 func notAcquired(key string, cause error) error {
-	return fmt.Errorf("guard: lock %q: %w", key, errors.Join(redislock.ErrNotAcquired, cause))
+	return fmt.Errorf("guard: lock %q: %w", key, errs.Join(redislock.ErrNotAcquired, cause))
 }
 
 // take runs m's fn with the transaction t hands over, on the caller's
@@ -316,9 +317,13 @@ func (g *Guard) take(m *member, t turn) {
 		t.tx.memberFail.Store(&cancel)
 		defer t.tx.memberFail.Store(nil)
 	}
-	sctx := withScope(fctx, &scope{g: g, key: t.tx.key, tx: t.tx})
+	// The member's own view of the transaction: what fn keeps of it past
+	// its return is refused, not run in the next member's work.
+	mt := t.tx.forMember()
+	sctx := withScope(fctx, &scope{g: g, key: t.tx.key, tx: mt})
 	returned := false
 	defer func() {
+		mt.finish()
 		stop()
 		cancel(nil)
 		if !returned {
@@ -331,7 +336,8 @@ func (g *Guard) take(m *member, t turn) {
 		}
 	}()
 	start := time.Now()
-	err := m.fn(sctx, t.tx)
+	err := m.fn(sctx, mt)
+	mt.finish()
 	returned = true
 	g.batches.mu.Lock()
 	m.ran, m.fnErr = err == nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/errs"
 	"github.com/redfence/redfence/redislock"
 )
 
@@ -226,7 +227,7 @@ func (r *batchRun) deliver(err, uerr error) {
 		case m.err == nil:
 			committed = true
 		case uerr != nil && !m.useDB:
-			m.err = errors.Join(m.err, uerr)
+			m.err = errs.Join(m.err, uerr)
 		}
 		close(m.done)
 	}
@@ -297,7 +298,7 @@ func (r *batchRun) attempts(first int) (again int) {
 			return n + 1
 		}
 		if serr := sleep(r.lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			r.settleOpen(errors.Join(err, g.lostOr(r.lctx, serr)))
+			r.settleOpen(errs.Join(err, g.lostOr(r.lctx, serr)))
 			return 0
 		}
 	}
@@ -335,7 +336,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
-	tx := &Tx{Tx: stx, key: key, resource: resource, token: r.token, owner: r.owner, opID: newOpID(), attempt: n}
+	tx := newTx(stx, key, resource, r.token, r.owner, n)
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false

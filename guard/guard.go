@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/errs"
 	"github.com/redfence/redfence/redislock"
 )
 
@@ -56,7 +57,7 @@ func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
 	case db == nil:
 		g.err = fmt.Errorf("%w: nil *sqlx.DB", ErrInvalidGuard)
 	case err != nil:
-		g.err = fmt.Errorf("%w: %w: %s", ErrInvalidGuard, ErrInvalidOptions, err.Error())
+		g.err = fmt.Errorf("%w: %w: %w", ErrInvalidGuard, ErrInvalidOptions, err)
 	}
 	if o.Namespace == "" && locker != nil && locker.Prefix() != redislock.DefaultPrefix {
 		o.Namespace = locker.Prefix()
@@ -239,7 +240,7 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 			return err
 		}
 		if serr := sleep(ctx, backoff(again-1, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			return errors.Join(err, serr)
+			return errs.Join(err, serr)
 		}
 		first = again
 	}
@@ -279,7 +280,7 @@ func (g *Guard) hold(ctx context.Context, key string, lk *redislock.Lock, start 
 			if err != nil {
 				// No new turn after a failed unlock: the lock would only
 				// come back when its lease expires.
-				again, err = 0, errors.Join(err, uerr)
+				again, err = 0, errs.Join(err, uerr)
 			} else {
 				// Committed (or panicking): reporting the failed unlock as
 				// Do's error would invite a retry that applies the work
@@ -329,6 +330,9 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquir
 			tr.step(StepClaim, h.token, attempt, h.claimStart, err)
 		}
 		if err == nil || !retry {
+			if err != nil && g.againAfterFence(ctx, h, attempt, err) {
+				return attempt + 1, err
+			}
 			return 0, err
 		}
 		if attempt >= g.opt.MaxAttempts {
@@ -346,7 +350,7 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquir
 			return attempt + 1, err
 		}
 		if serr := sleep(lctx, backoff(attempt, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			return 0, errors.Join(err, g.lostOr(lctx, serr))
+			return 0, errs.Join(err, g.lostOr(lctx, serr))
 		}
 	}
 }
@@ -439,7 +443,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
-	tx := &Tx{Tx: stx, key: key, resource: resource, token: token, owner: h.owner, opID: newOpID(), attempt: n}
+	tx := newTx(stx, key, resource, token, h.owner, n)
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false
@@ -703,7 +707,7 @@ func (g *Guard) fenced(ctx context.Context, key string, token uint64, claimErr e
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.UnlockTimeout)
 	defer cancel()
 	if rerr := g.locker.RaiseTokenFloor(rctx, key, current); rerr != nil {
-		return errors.Join(err, fmt.Errorf("guard: raise token floor of %q to %d: %w", key, current, rerr))
+		return errs.Join(err, fmt.Errorf("guard: raise token floor of %q to %d: %w", key, current, rerr))
 	}
 	return err
 }

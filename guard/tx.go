@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/internal/errs"
 )
 
 // Tx is the transaction fn runs in. It is a *sqlx.Tx whose first statement
@@ -84,6 +85,25 @@ type Tx struct {
 	opID     string
 	attempt  int
 
+	// txState is the transaction's, shared by the Tx of every member of a
+	// batch (see forMember).
+	*txState
+
+	// ended is set when Do is done with this Tx: when fn returns (for a
+	// batch member, its own fn), and before the transaction commits or
+	// rolls back. The *sqlx.Tx may live on (a batch's next member, a
+	// relayed transaction chained to the next caller), so statements of
+	// this Tx kept past fn are refused here, and the statements fn prepared
+	// are closed, as database/sql would at the end of the transaction.
+	ended    atomic.Bool
+	prepared struct {
+		sync.Mutex
+		v []io.Closer
+	}
+}
+
+// txState is what Tx knows of the transaction itself.
+type txState struct {
 	savepoints atomic.Int64 // names of nested savepoints
 
 	// failed records the first failure that makes the transaction unusable:
@@ -108,17 +128,6 @@ type Tx struct {
 	// transaction committed, after its connection was lost (Guard.settle).
 	settleLost func(context.Context) (committed bool, err error)
 
-	// ended is set when Do is done with the transaction, before it commits
-	// or rolls back: when relayed, the *sqlx.Tx lives on, chained,
-	// as the next caller's transaction, so statements of this Tx kept past
-	// fn are refused here, and the statements fn prepared are closed, as
-	// database/sql would at the end of the transaction.
-	ended    atomic.Bool
-	prepared struct {
-		sync.Mutex
-		v []io.Closer
-	}
-
 	// check guards the savepoint that opaque statements run under.
 	check struct {
 		sync.Mutex
@@ -127,6 +136,18 @@ type Tx struct {
 		after   int64 // value of savepoints when it was set
 		query   bool  // pending for an opaque statement run through a Query form (settleQuery)
 	}
+}
+
+// newTx returns the Tx of an attempt's transaction stx.
+func newTx(stx *sqlx.Tx, key, resource string, token uint64, owner string, attempt int) *Tx {
+	return &Tx{Tx: stx, key: key, resource: resource, token: token, owner: owner, opID: newOpID(), attempt: attempt, txState: &txState{}}
+}
+
+// forMember returns a Tx of the same transaction for one member of a
+// batch: its statements are refused once it is finished (when the member's
+// fn returns), while the transaction goes on for the next member.
+func (t *Tx) forMember() *Tx {
+	return &Tx{Tx: t.Tx, key: t.key, resource: t.resource, token: t.token, owner: t.owner, opID: t.opID, attempt: t.attempt, txState: t.txState}
 }
 
 type txFailure struct {
@@ -498,7 +519,7 @@ func withStatementErr(outcome, err error) error {
 	if fence.Retryable(err) || fence.IsConnectionLost(err) {
 		return fmt.Errorf("%w (%v)", outcome, err)
 	}
-	return errors.Join(outcome, err)
+	return errs.Join(outcome, err)
 }
 
 // rolledBackTo tells Tx that the nested savepoint number n was rolled back

@@ -10,12 +10,6 @@ import (
 	"testing"
 )
 
-// notYet are the files still to move from errors.Join to Join; each entry
-// goes once its file has.
-var notYet = map[string]bool{
-	"guard/batch.go": true, "guard/batch_tx.go": true, "guard/guard.go": true, "guard/tx.go": true,
-}
-
 // The library's packages combine errors with Join, never errors.Join, whose
 // message spans several lines.
 func TestPackagesUseJoin(t *testing.T) {
@@ -32,9 +26,6 @@ func TestPackagesUseJoin(t *testing.T) {
 				continue
 			}
 			n++
-			if notYet[dir+"/"+name] {
-				continue
-			}
 			fset := token.NewFileSet()
 			f, err := parser.ParseFile(fset, filepath.Join(path, name), nil, 0)
 			if err != nil {
