@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/redislock"
 )
 
@@ -25,13 +28,20 @@ const (
 	// mutex, and the claim mints the token (see fence.ClaimNextExisting),
 	// so tokens keep growing across both modes and a Redis-mode holder and
 	// a database-mode holder of one key are serialised by the fence row
-	// like any two holders. Callers then wait in the database, each holding a
-	// connection (bounded by Options.FallbackMaxWaiters and
+	// like any two holders. Callers in database mode wait in the database,
+	// each holding a connection (bounded by Options.FallbackMaxWaiters and
 	// FallbackMaxWaitersPerKey), and the queue is not FIFO. A Do nested in
 	// fn on another key takes no slot of its own (it would wait for slots
 	// that callers blocked behind its enclosing call hold): the caps bound
 	// the outermost calls, and each nested call uses one connection more
 	// while its enclosing call runs, as in Redis mode.
+	//
+	// When the key's tokens are above the clocks (after a floor raise), both
+	// modes mint the last token + 1, so each claim another process makes in
+	// database mode fences the next Redis-mode call: that call raises the
+	// token floor and runs again within the same Do, under a new turn of the
+	// lock, up to Options.MaxAttempts attempts (OnFenced and OnRetry report
+	// it).
 	FallbackDatabase
 )
 
@@ -87,7 +97,7 @@ type fallback struct {
 func newFallback(g *Guard) *fallback {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	f := &fallback{g: g, owner: "db:" + hex.EncodeToString(b[:]),
+	f := &fallback{g: g, owner: dbOwnerPrefix + hex.EncodeToString(b[:]),
 		waits: map[*int]context.CancelCauseFunc{}, all: make(chan struct{}, g.opt.FallbackMaxWaiters),
 		perKey: map[string]chan struct{}{}, users: map[string]int{}}
 	threshold := uint32(g.opt.FallbackAfter)
@@ -104,6 +114,10 @@ func newFallback(g *Guard) *fallback {
 	})
 	return f
 }
+
+// dbOwnerPrefix begins the owner that database-mode claims record in the
+// fence row, which tells a token minted in database mode (againAfterFence).
+const dbOwnerPrefix = "db:"
 
 // redisFailure tells whether err, from Lock or Ping, says Redis is
 // unavailable, as opposed to the caller giving up or bad input.
@@ -331,6 +345,57 @@ func nested(ctx context.Context) bool {
 // claim mints the token: the fence row's lock, which ends with the
 // transaction, is then all that keeps the key's next caller out.
 func (h holding) dbMode() bool { return h.token == 0 }
+
+// againAfterFence reports whether attempt, whose claim with a Redis token
+// was fenced (err, after Guard.fenced raised the token floor), runs again
+// under a new turn of the lock and a new token, within the same Do: when
+// the token that fenced it was minted in database mode. Tokens above the
+// clocks (after a floor raise) are minted as the last one + 1 in both
+// modes, so while another process stays in database mode, each of its
+// claims fences the next Redis-mode call; nothing ran under the fenced
+// token, and the new turn's token is above the floor just raised. Bounded
+// by Options.MaxAttempts like any retry.
+//
+// A process that keeps claiming the key in database mode can mint past the
+// raised floor again before the new turn claims. From the second fenced
+// attempt of a Do (or before its last attempt), the floor is raised by
+// fenceLead more, so that the last attempts claim above every token that
+// process can mint meanwhile. The lead is not taken at once: tokens then
+// run ahead of the clocks only while the modes keep colliding.
+func (g *Guard) againAfterFence(ctx context.Context, h holding, attempt int, err error) bool {
+	var stale *fence.StaleError
+	if h.dbMode() || attempt >= g.opt.MaxAttempts || !errors.As(err, &stale) ||
+		!strings.HasPrefix(stale.CurrentOwner, dbOwnerPrefix) {
+		return false
+	}
+	log := g.opt.Logger
+	log.WarnContext(ctx, "guard: fenced by a token minted in database mode; trying again under a new token",
+		"key", h.key, "token", h.token, "current", stale.Current, "attempt", attempt)
+	if attempt > 1 || attempt+1 >= g.opt.MaxAttempts {
+		floor := uint64(math.MaxUint64 - 1) // the largest floor RaiseTokenFloor takes
+		if stale.Current < floor-fenceLead {
+			floor = stale.Current + fenceLead
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.UnlockTimeout)
+		rerr := g.locker.RaiseTokenFloor(rctx, h.key, floor)
+		cancel()
+		if rerr != nil {
+			// The next attempt may be fenced again, and is retried as this
+			// one while attempts remain.
+			log.WarnContext(ctx, "guard: raising the token floor ahead of database mode failed",
+				"key", h.key, "floor", floor, "err", rerr)
+		}
+	}
+	if hook := g.opt.Hooks.OnRetry; hook != nil {
+		hook(h.key, attempt, err)
+	}
+	return true
+}
+
+// fenceLead is how far above a token minted in database mode
+// againAfterFence raises the floor: a million claims, far more than a
+// process can commit while an attempt waits for its new turn.
+const fenceLead = 1_000_000
 
 // runDB is Do in database mode: no Redis, the fence row's lock serialises the
 // callers, and each attempt's claim mints the token.
