@@ -44,14 +44,19 @@
 // loopback ports), else a container through testcontainers-go when a Docker
 // engine answers and the program was built with the containers tag (go run
 // -tags containers ./examples/inventory; the default build leaves the
-// container stack out, so that the first run compiles quickly). They are stopped and their files removed when the program
-// ends, on Ctrl-C and SIGTERM too. When a server can be had in none of these
-// ways, the program names every missing server in one message, within about
-// two seconds, with the ways out: set REDIS_ADDR and MYSQL_DSN, run
-// docker compose up -d, or install redis-server and mariadb-server.
-// Refused credentials (MySQL error 1045, Redis NOAUTH or WRONGPASS) and
-// settings that do not parse are reported as such and never replaced by a
-// server of the program's own. -start-servers=false turns starting off.
+// container stack out, so that the first run compiles quickly). They are
+// stopped and their files removed when the program ends, on Ctrl-C and
+// SIGTERM too, and (on Linux) when the process that started it ends, such as
+// go run's go command, which does not pass SIGTERM on. Killed with SIGKILL,
+// the program cannot clean up: its servers die with it (the kernel kills
+// them on Linux), and the directories they leave are removed by the next run
+// that starts a server. When a server can be had in none of these ways, the
+// program names every missing server in one message, within about two
+// seconds, with the ways out: set REDIS_ADDR and MYSQL_DSN, run docker
+// compose up -d, or install redis-server and mariadb-server. Refused
+// credentials (MySQL error 1045, Redis NOAUTH or WRONGPASS) and settings
+// that do not parse are reported as such and never replaced by a server of
+// the program's own. -start-servers=false turns starting off.
 //
 // It prints live progress on stderr and a report on stdout, which says where
 // the servers were, and exits with status 1 when a mode that claims safety

@@ -25,6 +25,10 @@ func main() {
 	// Every way of being asked to stop ends ctx, so that the servers the
 	// program started are stopped and their files removed.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// So does the end of the process that started it (go run's go command).
+	if err := stopWithParent(); err != nil {
+		fmt.Fprintf(os.Stderr, "inventory: cannot ask to be stopped with the process that started it: %v\n", err)
+	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

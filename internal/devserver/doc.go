@@ -11,5 +11,8 @@
 // anything it started, and on Linux it is killed by the kernel when the
 // program that started it dies. Nothing it writes is meant to outlive it:
 // [Process.Close] kills it and removes the directory it was given when the
-// package created that directory.
+// package created that directory. Such a directory holds a lock file, locked
+// while the program that created it runs; one whose lock is free was left by
+// a program killed before it could remove it, and the next Start function
+// that creates a directory of the same kind removes it.
 package devserver

@@ -108,7 +108,7 @@ func StartMariaDB(ctx context.Context, opt MariaDBOptions) (*Process, error) {
 	if os.Geteuid() == 0 {
 		asRoot = []string{"--user=root"}
 	}
-	p := &Process{Name: "mariadbd", Dir: dir, Port: opt.Port, ownDir: own, spec: spec{
+	p := &Process{Name: "mariadbd", Dir: dir, Port: opt.Port, own: own, spec: spec{
 		bin: opt.Bins.Server,
 		args: func(port int) []string {
 			args := []string{"--no-defaults",

@@ -24,8 +24,8 @@ type Process struct {
 	// Dir holds the server's files: data, log, socket.
 	Dir string
 
-	spec   spec
-	ownDir bool // Dir was created by the Start function; Close removes it
+	spec spec
+	own  *tempDir // Dir, when the Start function created it; Close removes it
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -135,10 +135,10 @@ func (p *Process) Kill() {
 // Close kills the server and removes Dir when the Start function created it.
 func (p *Process) Close() error {
 	p.Kill()
-	if !p.ownDir {
+	if p.own == nil {
 		return nil
 	}
-	if err := os.RemoveAll(p.Dir); err != nil {
+	if err := p.own.remove(); err != nil {
 		return fmt.Errorf("devserver: remove %s's directory: %w", p.Name, err)
 	}
 	return nil
@@ -168,16 +168,18 @@ func (p *Process) signal(sig os.Signal) error {
 	return cmd.Process.Signal(sig)
 }
 
-// newDir returns dir, or a new temporary directory (own reports which).
-func newDir(dir, pattern string) (path string, own bool, err error) {
+// newDir returns dir, or a new temporary directory, locked (see tempDir),
+// after removing those that programs killed before they could remove them
+// left behind.
+func newDir(dir, pattern string) (path string, own *tempDir, err error) {
 	if dir != "" {
-		return dir, false, nil
+		return dir, nil, nil
 	}
-	d, err := os.MkdirTemp("", pattern)
+	d, err := newTempDir(pattern)
 	if err != nil {
-		return "", false, fmt.Errorf("devserver: %w", err)
+		return "", nil, err
 	}
-	return d, true, nil
+	return d.path, d, nil
 }
 
 // logTail formats the end of the server's log for an error message.

@@ -61,7 +61,7 @@ func StartRedis(ctx context.Context, opt RedisOptions) (*Process, error) {
 		return nil, err
 	}
 	logPath := filepath.Join(dir, "redis.log")
-	p := &Process{Name: "redis-server", Dir: dir, Port: opt.Port, ownDir: own, spec: spec{
+	p := &Process{Name: "redis-server", Dir: dir, Port: opt.Port, own: own, spec: spec{
 		bin: opt.Bin,
 		args: func(port int) []string {
 			// The extra arguments come first so that the fixed ones below,
