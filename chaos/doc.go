@@ -99,6 +99,14 @@
 //   - batched-handoff (scenario_batch_test.go): as batched, with Guards on
 //     the defaults, whose batches hand the lock on at their claim and chain
 //     their transactions to the next batch.
+//   - unseen-end (scenario_unseenend_test.go): careless fns under load on
+//     the defaults, while the lock's Redis keys are deleted under their
+//     holders: some end their transaction with statements Tx does not read
+//     as such (SET STATEMENT … FOR COMMIT, a comment Tx misreads, DDL,
+//     multi-statement texts) and write on; some drop the deadlock a locking
+//     range read met after rows streamed. No buy whose fn ended its
+//     transaction may be reported committed, and no write after the end
+//     may apply.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to
