@@ -150,13 +150,21 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 
 // multiPrimaryFound records that the pool reaches what, a server whose row
 // locks do not reach the other members that take writes: HandOffAuto holds
-// the lock until the transaction ends from now on, and HandOffAtClaim is
-// refused.
+// the lock until the transaction ends from now on, and the options that
+// count on the fence row's lock alone to keep callers apart are refused:
+// HandOffAtClaim, and FallbackDatabase, whose callers, writing through
+// different members while Redis is unavailable, would each get the row
+// lock of their own member and run fn at once (certification at COMMIT
+// lets one of them commit, but both fns ran).
 func (g *Guard) multiPrimaryFound(what string) (refusal error) {
 	g.dbCheck.multiPrimary.Store(true)
-	if g.opt.HandOff == HandOffAtClaim {
+	switch {
+	case g.opt.HandOff == HandOffAtClaim:
 		return fmt.Errorf("%w: the database is %s, whose row locks do not reach the other members: "+
 			"Options.HandOff HandOffAtClaim would let holders writing through different members run fn at once; use HandOffAuto or HandOffAtEnd", ErrUnsafePool, what)
+	case g.opt.Fallback == FallbackDatabase:
+		return fmt.Errorf("%w: the database is %s, whose row locks do not reach the other members: "+
+			"Options.Fallback FallbackDatabase would let callers writing through different members run fn at once while Redis is unavailable; use FallbackNone", ErrUnsafePool, what)
 	}
 	return nil
 }

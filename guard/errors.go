@@ -87,9 +87,10 @@ var (
 	// brute-force abort that lands on such a PREPARE is not reported, and
 	// the statements after it would commit one by one, unfenced. Set
 	// interpolateParams=true in the DSN. It is also returned when
-	// Options.HandOff is HandOffAtClaim and the pool reaches a server whose
-	// peers also take writes (a Galera node, Group Replication in
-	// multi-primary mode), whose row locks cannot keep the next holder out.
+	// Options.HandOff is HandOffAtClaim or Options.Fallback is
+	// FallbackDatabase and the pool reaches a server whose peers also take
+	// writes (a Galera node, Group Replication in multi-primary mode), whose
+	// row locks cannot keep the next holder out.
 	// The first Do of a Guard checks its pool once.
 	ErrUnsafePool = errors.New("guard: the database pool cannot keep fn inside the fenced transaction")
 

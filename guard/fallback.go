@@ -42,6 +42,13 @@ const (
 	// token floor and runs again within the same Do, under a new turn of the
 	// lock, up to Options.MaxAttempts attempts (OnFenced and OnRetry report
 	// it).
+	//
+	// FallbackDatabase is refused on a pool whose server has peers that also
+	// take writes (a Galera node, Group Replication in multi-primary mode):
+	// row locks do not reach the other members, so database-mode callers
+	// writing through two of them would run fn at once. There
+	// [Guard.CheckDatabase] and every Do, Redis mode included, return an
+	// error wrapping [ErrUnsafePool] that names the option; use FallbackNone.
 	FallbackDatabase
 )
 
