@@ -11,7 +11,7 @@ replace github.com/redfence/redfence => ../..
 
 require (
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/redfence/redfence v0.0.0-20261126233940-771d7f0684ca
+	github.com/redfence/redfence v0.0.0-20261127000943-1471440f8052
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0

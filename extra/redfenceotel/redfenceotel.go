@@ -113,8 +113,8 @@ func newInstruments(opt *Options) (*instruments, error) {
 		metric.WithDescription("Duration of guard.Do calls")); err != nil {
 		return nil, err
 	}
-	if in.outcomes, err = m.Int64Counter("redfence.do.outcomes",
-		metric.WithDescription("guard.Do calls by outcome")); err != nil {
+	if in.outcomes, err = m.Int64Counter("redfence.do.calls",
+		metric.WithDescription("guard.Do calls by outcome (guard.OutcomeLabel: fn_error is fn's own error, failed a failure of the lock, the database or guard) and mode")); err != nil {
 		return nil, err
 	}
 	if in.retries, err = m.Int64Counter("redfence.do.retries",
@@ -154,7 +154,7 @@ func (in *instruments) hooks() guard.Hooks {
 		OnDo: func(ctx context.Context, key string) context.Context {
 			ctx, _ = in.tracer.Start(ctx, "redfence.Do", trace.WithSpanKind(trace.SpanKindInternal),
 				trace.WithAttributes(KeyAttr.String(key)))
-			return ctx
+			return context.WithValue(ctx, fnErrKey{}, new(error))
 		},
 		OnStep: func(ctx context.Context, s guard.Step) {
 			end := s.Start.Add(s.Duration)
@@ -173,6 +173,10 @@ func (in *instruments) hooks() guard.Hooks {
 			span.End(trace.WithTimestamp(end))
 
 			switch s.Kind {
+			case guard.StepFn:
+				if p, _ := ctx.Value(fnErrKey{}).(*error); p != nil {
+					*p = s.Err
+				}
 			case guard.StepLock:
 				in.wait.Record(ctx, s.Duration.Seconds(), in.attrs(s.Key, AcquiredAttr.Bool(s.Err == nil)))
 				if s.Err == nil {
@@ -187,7 +191,11 @@ func (in *instruments) hooks() guard.Hooks {
 			}
 		},
 		OnDone: func(ctx context.Context, r guard.Result) {
-			outcome := OutcomeAttr.String(r.Outcome.String())
+			var fnErr error
+			if p, _ := ctx.Value(fnErrKey{}).(*error); p != nil {
+				fnErr = *p
+			}
+			outcome := OutcomeAttr.String(guard.OutcomeLabel(r, fnErr))
 			in.outcomes.Add(ctx, 1, in.attrs(r.Key, outcome, ModeAttr.String(r.Mode.String())))
 			in.duration.Record(ctx, r.Duration.Seconds(), in.attrs(r.Key, outcome))
 			if r.Held > 0 {
@@ -200,12 +208,16 @@ func (in *instruments) hooks() guard.Hooks {
 			}
 			if r.Err != nil {
 				span.RecordError(r.Err)
-				span.SetStatus(codes.Error, r.Outcome.String())
+				span.SetStatus(codes.Error, outcome.Value.AsString())
 			}
 			span.End(trace.WithTimestamp(r.Start.Add(r.Duration)))
 		},
 	}
 }
+
+// fnErrKey holds, in a Do's ctx, what fn returned on its last attempt, for
+// guard.OutcomeLabel.
+type fnErrKey struct{}
 
 // chain returns hooks that call a's hooks, then b's.
 func chain(a, b guard.Hooks) guard.Hooks {

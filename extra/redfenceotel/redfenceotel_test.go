@@ -84,8 +84,9 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 	if v := attr(dos[0].Attributes, redfenceotel.OutcomeAttr); v != "committed" || dos[0].Status.Code == codes.Error {
 		t.Errorf("committed Do span: outcome %q status %v", v, dos[0].Status)
 	}
-	if v := attr(dos[1].Attributes, redfenceotel.OutcomeAttr); v != "failed" || dos[1].Status.Code != codes.Error {
-		t.Errorf("failed Do span: outcome %q status %v", v, dos[1].Status)
+	// fn's own error is told apart from failures of guard (guard.OutcomeLabel).
+	if v := attr(dos[1].Attributes, redfenceotel.OutcomeAttr); v != guard.OutcomeFnError || dos[1].Status.Code != codes.Error {
+		t.Errorf("Do span of fn's error: outcome %q status %v", v, dos[1].Status)
 	}
 	if attr(dos[0].Attributes, redfenceotel.KeyAttr) != "sku:1" || attr(dos[0].Attributes, redfenceotel.TokenAttr) == "" {
 		t.Errorf("Do span attributes %v", dos[0].Attributes)
@@ -94,6 +95,18 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 		if d.EndTime.Before(d.StartTime) {
 			t.Errorf("Do span ends before it starts")
 		}
+	}
+
+	// A statement that fails because fn's ctx ended is a failure, not fn's
+	// own answer.
+	err = g.Do(ctx, "sku:1", func(ctx context.Context, tx *guard.Tx) error {
+		c, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := tx.ExecContext(c, "UPDATE counters SET n = n + 1 WHERE id = 1")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v, want context.Canceled", err)
 	}
 
 	// Metrics.
@@ -108,7 +121,7 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 		}
 	}
 	outcomes := map[string]int64{}
-	for _, p := range m["redfence.do.outcomes"].(metricdata.Sum[int64]).DataPoints {
+	for _, p := range m["redfence.do.calls"].(metricdata.Sum[int64]).DataPoints {
 		v, _ := p.Attributes.Value(redfenceotel.OutcomeAttr)
 		k, _ := p.Attributes.Value(redfenceotel.KeyAttr)
 		if k.AsString() != "sku" {
@@ -116,16 +129,16 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 		}
 		outcomes[v.AsString()] += p.Value
 	}
-	if outcomes["committed"] != 1 || outcomes["failed"] != 1 {
-		t.Errorf("outcomes %v, want committed 1 failed 1", outcomes)
+	if outcomes["committed"] != 1 || outcomes[guard.OutcomeFnError] != 1 || outcomes["failed"] != 1 {
+		t.Errorf("outcomes %v, want committed 1, fn_error 1, failed 1", outcomes)
 	}
 	for _, name := range []string{"redfence.lock.wait", "redfence.lock.hold", "redfence.do.duration"} {
 		var n uint64
 		for _, p := range m[name].(metricdata.Histogram[float64]).DataPoints {
 			n += p.Count
 		}
-		if n != 2 {
-			t.Errorf("%s: %d observations, want 2", name, n)
+		if n != 3 {
+			t.Errorf("%s: %d observations, want 3", name, n)
 		}
 	}
 	var held int64
@@ -133,7 +146,7 @@ func TestSpansAndMetricsOfDo(t *testing.T) {
 		held += p.Value
 	}
 	if held != 0 {
-		t.Errorf("redfence.locks.held = %d after both calls returned, want 0", held)
+		t.Errorf("redfence.locks.held = %d after every call returned, want 0", held)
 	}
 }
 
