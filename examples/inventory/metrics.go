@@ -18,42 +18,46 @@ import (
 // example writes the format itself, a few dozen lines, rather than pull a
 // metrics client into redfence's module; extra/redfenceotel is the
 // instrumentation for real services.
+//
+// Its metric names are extra/redfenceotel's, as OpenTelemetry's Prometheus
+// exporter writes them (redfence.do.calls is redfence_do_calls_total), so
+// that one dashboard serves both.
 type metrics struct {
 	mu       sync.Mutex
-	outcomes map[outcomeLabels]uint64
+	calls    map[callLabels]uint64
 	retries  uint64
 	wait     histogram // lock waits that ended with the key held
 	hold     histogram // from the grant to the end of Do
+	duration histogram // whole Do calls
 	held     int64     // keys held now
 	fallback int64     // 1 while the Guard runs in database mode
 }
 
-type outcomeLabels struct {
+// callLabels are the labels of redfence_do_calls_total: the Do's mode and
+// its guard.OutcomeLabel.
+type callLabels struct {
 	mode    guard.Mode
-	outcome guard.Outcome
+	outcome string
 }
 
-// The outcomes and modes exposed, each from the start at 0, so that a rate
-// over a counter that has not moved yet is 0 rather than absent.
-var (
-	allOutcomes = []guard.Outcome{guard.OutcomeCommitted, guard.OutcomeNotAcquired, guard.OutcomeFenced, guard.OutcomeLost,
-		guard.OutcomeNotCommitted, guard.OutcomeUnknown, guard.OutcomeFailed}
-	allGuardModes = []guard.Mode{guard.ModeRedis, guard.ModeDatabase}
-)
+// The modes exposed, each with every outcome from the start at 0, so that a
+// rate over a counter that has not moved yet is 0 rather than absent.
+var allGuardModes = []guard.Mode{guard.ModeRedis, guard.ModeDatabase}
 
 // durationBuckets are the upper bounds, in seconds, of the wait and hold
 // histograms: from a hand-off on a quiet key to a queue seconds long.
 var durationBuckets = []float64{0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10}
 
 func newMetrics() *metrics {
-	return &metrics{outcomes: map[outcomeLabels]uint64{},
-		wait: newHistogram(durationBuckets), hold: newHistogram(durationBuckets)}
+	return &metrics{calls: map[callLabels]uint64{},
+		wait: newHistogram(durationBuckets), hold: newHistogram(durationBuckets), duration: newHistogram(durationBuckets)}
 }
 
 // doState is what metrics remember of one Do between its hooks, which all
 // run on the Do's goroutine.
 type doState struct {
 	granted time.Time // zero until the key is held
+	fnErr   error     // what fn returned on its last attempt, for guard.OutcomeLabel
 }
 
 type doStateKey struct{}
@@ -70,6 +74,8 @@ func (m *metrics) hooks() guard.Hooks {
 				return
 			}
 			switch {
+			case s.Kind == guard.StepFn:
+				st.fnErr = s.Err
 			case s.Kind == guard.StepLock && s.Err == nil:
 				st.granted = s.Start.Add(s.Duration)
 				m.mu.Lock()
@@ -86,10 +92,15 @@ func (m *metrics) hooks() guard.Hooks {
 		// the unlock step at once, in both modes), once per call that got
 		// the key, whatever happened in between.
 		OnDone: func(ctx context.Context, r guard.Result) {
+			st, _ := ctx.Value(doStateKey{}).(*doState)
+			if st == nil {
+				st = &doState{}
+			}
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.outcomes[outcomeLabels{r.Mode, r.Outcome}]++
-			if st, _ := ctx.Value(doStateKey{}).(*doState); st != nil && !st.granted.IsZero() {
+			m.calls[callLabels{r.Mode, guard.OutcomeLabel(r, st.fnErr)}]++
+			m.duration.observe(r.Duration.Seconds())
+			if !st.granted.IsZero() {
 				m.hold.observe(r.Start.Add(r.Duration).Sub(st.granted).Seconds())
 				m.held--
 			}
@@ -116,16 +127,18 @@ func (m *metrics) write(w io.Writer) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := &expo{w: w}
-	e.family("redfence_do_total", "counter", "guard.Do calls by how they ended (outcome) and how the key was held (mode: redis, or database while Redis is unavailable).")
+	e.family("redfence_do_calls_total", "counter", "guard.Do calls by how they ended (outcome: guard.OutcomeLabel; fn_error is fn's own error, "+
+		"such as sold out, and failed a failure of the lock, the database or guard) and how the key was held (mode: redis, or database while Redis is unavailable).")
 	for _, mode := range allGuardModes {
-		for _, o := range allOutcomes {
-			e.sample("redfence_do_total", fmt.Sprintf(`mode=%q,outcome=%q`, mode.String(), o.String()), float64(m.outcomes[outcomeLabels{mode, o}]))
+		for _, o := range guard.OutcomeLabels() {
+			e.sample("redfence_do_calls_total", fmt.Sprintf(`mode=%q,outcome=%q`, mode.String(), o), float64(m.calls[callLabels{mode, o}]))
 		}
 	}
 	e.family("redfence_do_retries_total", "counter", "Transaction attempts run again after a deadlock, lock wait timeout or lost connection.")
 	e.sample("redfence_do_retries_total", "", float64(m.retries))
 	e.histogram("redfence_lock_wait_seconds", "Time from the start of guard.Do until the key was held, of the calls that got it.", &m.wait)
 	e.histogram("redfence_lock_hold_seconds", "Time from the grant until guard.Do returned.", &m.hold)
+	e.histogram("redfence_do_duration_seconds", "Duration of guard.Do calls.", &m.duration)
 	e.family("redfence_locks_held", "gauge", "Keys held by guard.Do calls now.")
 	e.sample("redfence_locks_held", "", float64(m.held))
 	e.family("redfence_fallback_active", "gauge", "1 while the Guard runs in database mode because Redis is unavailable (guard.Options.Fallback), else 0.")

@@ -201,8 +201,16 @@ func TestServeMetrics(t *testing.T) {
 	if statuses[http.StatusCreated] != 9 || statuses[http.StatusConflict] != 3 {
 		t.Fatalf("statuses %v, want 9 x 201 and 3 x 409", statuses)
 	}
+	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(`{"sku":"nosuch","qty":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("order of an unknown SKU: %d, want 404", resp.StatusCode)
+	}
 
-	resp, err := http.Get(base + "/metrics")
+	resp, err = http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,26 +219,29 @@ func TestServeMetrics(t *testing.T) {
 		t.Fatalf("GET /metrics: %d %q", resp.StatusCode, ct)
 	}
 	e := parseExposition(t, resp.Body)
-	for name, typ := range map[string]string{"redfence_do_total": "counter", "redfence_do_retries_total": "counter",
-		"redfence_lock_wait_seconds": "histogram", "redfence_lock_hold_seconds": "histogram",
+	for name, typ := range map[string]string{"redfence_do_calls_total": "counter", "redfence_do_retries_total": "counter",
+		"redfence_lock_wait_seconds": "histogram", "redfence_lock_hold_seconds": "histogram", "redfence_do_duration_seconds": "histogram",
 		"redfence_locks_held": "gauge", "redfence_fallback_active": "gauge"} {
 		if e.types[name] != typ {
 			t.Errorf("%s has type %q, want %s", name, e.types[name], typ)
 		}
 	}
-	// A sold-out answer is fn's error: the call failed and was rolled back.
+	// A sold-out answer and an unknown SKU are fn's own errors, not
+	// failures: an alert on failed must not fire on them.
 	e.expect(t, map[string]float64{
-		`redfence_do_total{mode="redis",outcome="committed"}`:    9,
-		`redfence_do_total{mode="redis",outcome="failed"}`:       3,
-		`redfence_do_total{mode="redis",outcome="fenced"}`:       0,
-		`redfence_do_total{mode="redis",outcome="lost"}`:         0,
-		`redfence_do_total{mode="redis",outcome="not_acquired"}`: 0,
-		`redfence_do_total{mode="database",outcome="committed"}`: 0,
-		`redfence_do_retries_total`:                              0,
-		`redfence_lock_wait_seconds_count`:                       12,
-		`redfence_lock_hold_seconds_count`:                       12,
-		`redfence_locks_held`:                                    0,
-		`redfence_fallback_active`:                               0,
+		`redfence_do_calls_total{mode="redis",outcome="committed"}`:    9,
+		`redfence_do_calls_total{mode="redis",outcome="fn_error"}`:     4,
+		`redfence_do_calls_total{mode="redis",outcome="failed"}`:       0,
+		`redfence_do_calls_total{mode="redis",outcome="fenced"}`:       0,
+		`redfence_do_calls_total{mode="redis",outcome="lost"}`:         0,
+		`redfence_do_calls_total{mode="redis",outcome="not_acquired"}`: 0,
+		`redfence_do_calls_total{mode="database",outcome="committed"}`: 0,
+		`redfence_do_retries_total`:                                    0,
+		`redfence_lock_wait_seconds_count`:                             13,
+		`redfence_lock_hold_seconds_count`:                             13,
+		`redfence_do_duration_seconds_count`:                           13,
+		`redfence_locks_held`:                                          0,
+		`redfence_fallback_active`:                                     0,
 	})
 	if e.get(t, "redfence_lock_hold_seconds_sum") <= 0 {
 		t.Error("the holds add up to no time")
@@ -317,11 +328,11 @@ func TestMetricsInDatabaseMode(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	e := parseExposition(t, rec.Body)
 	e.expect(t, map[string]float64{
-		`redfence_do_total{mode="redis",outcome="committed"}`:    2,
-		`redfence_do_total{mode="database",outcome="committed"}`: 3,
-		`redfence_lock_wait_seconds_count`:                       5,
-		`redfence_lock_hold_seconds_count`:                       5,
-		`redfence_locks_held`:                                    0,
-		`redfence_fallback_active`:                               1,
+		`redfence_do_calls_total{mode="redis",outcome="committed"}`:    2,
+		`redfence_do_calls_total{mode="database",outcome="committed"}`: 3,
+		`redfence_lock_wait_seconds_count`:                             5,
+		`redfence_lock_hold_seconds_count`:                             5,
+		`redfence_locks_held`:                                          0,
+		`redfence_fallback_active`:                                     1,
 	})
 }

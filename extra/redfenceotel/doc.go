@@ -23,13 +23,20 @@
 //     with redfence.acquired;
 //   - redfence.lock.hold: histogram of the time from grant to unlock;
 //   - redfence.do.duration: histogram of whole calls, with redfence.outcome;
-//   - redfence.do.outcomes: counter of calls by redfence.outcome (committed,
-//     fenced, lost, not_committed, outcome_unknown, failed, not_acquired);
+//   - redfence.do.calls: counter of calls by redfence.outcome, the call's
+//     guard.OutcomeLabel: committed; fn_error when fn returned an error of
+//     its own (a business answer); not_acquired, fenced, lost,
+//     not_committed, outcome_unknown; failed for other failures of the
+//     lock, the database or guard;
 //   - redfence.do.retries: counter of transaction retries;
 //   - redfence.locks.held: up-down counter of locks held now by this process;
 //   - redfence.fallback.active: up-down counter of Guards in database mode
-//     now (guard.Options.Fallback); redfence.do.outcomes also carries
+//     now (guard.Options.Fallback); redfence.do.calls also carries
 //     redfence.mode (redis or database).
+//
+// Exported to Prometheus they are redfence_lock_wait_seconds,
+// redfence_do_calls_total and so on: the names of the /metrics of the
+// inventory example (examples/inventory).
 //
 // Keys are not metric attributes by default (their number is unbounded); set
 // Options.MetricKey to map a key to a bounded label.
