@@ -71,13 +71,24 @@
 //
 //	POST /orders      {"sku":"widget","qty":2} -> 201, 409 sold out, 400, 404, 503
 //	GET  /stock/{sku}                         -> 200, 404, 503
-//	GET  /healthz                             -> 200, or 503 naming the failing servers
+//	GET  /healthz                             -> 200 ready, or 503 naming the missing servers
+//	GET  /livez                               -> 200 while the process serves HTTP
 //	GET  /metrics                             -> guard.Do's metrics, Prometheus text format
 //
-// /healthz pings Redis and MySQL at the same time, each under its own
-// deadline (-check-timeout, 1s), so a hung server costs one deadline and is
-// the only one named: {"status":"unavailable","failing":["redis"],
-// "checks":{"mysql":"ok","redis":"..."}}. A request that fails for a reason
+// /healthz is the readiness probe. It pings Redis and MySQL at the same
+// time, each under its own deadline (-check-timeout, 1s), so a hung server
+// costs one deadline and is the only one named, and answers 200 while the
+// instance can serve orders: {"status":"ok","mode":"redis",
+// "fallback":"none","checks":{"mysql":"ok","redis":"ok"}}. With -fallback
+// database, orders go on without Redis, so the instance stays ready during a
+// Redis outage, "degraded" and in database mode: {"status":"degraded",
+// "mode":"database","fallback":"database","failing":["redis"],
+// "checks":{"mysql":"ok","redis":"..."}}. Otherwise a missing server makes
+// it 503, "unavailable". /livez, the liveness probe, checks no server:
+// restarting the instance would not bring one back. /metrics counts Do calls
+// as extra/redfenceotel does, under the names its Prometheus export has
+// (redfence_do_calls_total by mode and outcome, where fn_error, such as a
+// sold-out answer, is apart from failed). A request that fails for a reason
 // the service does not know is answered 503 naming the servers that fail the
 // same checks.
 package main

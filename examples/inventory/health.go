@@ -50,30 +50,54 @@ func failing(results []checkResult) []*depError {
 
 // healthResponse is the body of GET /healthz.
 type healthResponse struct {
-	Status  string            `json:"status"`            // "ok" or "unavailable"
-	Failing []string          `json:"failing,omitempty"` // the dependencies that did not answer
-	Checks  map[string]string `json:"checks"`            // per dependency: "ok" or its error
+	// Status is "ok" when every server answers, "degraded" when Redis does
+	// not but orders go on in database mode (-fallback database), and
+	// "unavailable" when orders cannot be served.
+	Status   string            `json:"status"`
+	Mode     string            `json:"mode"`              // how the Guard holds keys now: "redis", or "database" while Redis is unavailable
+	Fallback string            `json:"fallback"`          // "database" when orders go on without Redis, else "none"
+	Failing  []string          `json:"failing,omitempty"` // the servers that did not answer
+	Checks   map[string]string `json:"checks"`            // per server: "ok" or its error
 }
 
-// healthz answers 200 when every dependency answers and 503 naming those
-// that do not, within about one check timeout.
+// healthz is the readiness answer: 200 while the instance can serve orders,
+// 503 naming the servers it lacks otherwise, within about one check
+// timeout. MySQL is needed; Redis too, unless the Guard falls back on the
+// database, whose mode is then ready: taking the instance out of service
+// during a Redis outage would stop the orders the fallback serves.
 func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	res := runChecks(r.Context(), a.checks, a.checkTimeout)
-	body := healthResponse{Status: "ok", Checks: make(map[string]string, len(res))}
+	body := healthResponse{Status: "ok", Mode: a.mode().String(), Fallback: "none", Checks: make(map[string]string, len(res))}
+	if a.fallback {
+		body.Fallback = "database"
+	}
+	ready := true
 	for _, c := range res {
-		if c.err != nil {
-			body.Failing = append(body.Failing, c.name)
-			body.Checks[c.name] = oneLine(c.err)
+		if c.err == nil {
+			body.Checks[c.name] = "ok"
 			continue
 		}
-		body.Checks[c.name] = "ok"
+		body.Failing = append(body.Failing, c.name)
+		body.Checks[c.name] = oneLine(c.err)
+		if c.name == "redis" && a.fallback {
+			body.Status = "degraded"
+			continue
+		}
+		ready = false
 	}
 	status := http.StatusOK
-	if len(body.Failing) > 0 {
+	if !ready {
 		body.Status = "unavailable"
 		status = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", "5")
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, status, body)
+}
+
+// livez is the liveness answer: 200 while the process serves HTTP, whatever
+// its servers do. Restarting the instance does not bring a server back.
+func (a *api) livez(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redfence/redfence/examples/inventory/store"
 	"github.com/redfence/redfence/internal/testenv"
 )
 
@@ -183,5 +184,63 @@ func TestRunChecksAreConcurrent(t *testing.T) {
 	res := runChecks(context.Background(), []check{{"a", block}, {"b", block}}, 10*time.Second)
 	if len(failing(res)) != 0 {
 		t.Fatalf("checks failed: %v", res)
+	}
+}
+
+// TestHealthzInDatabaseMode: with -fallback database, an instance whose
+// Redis is gone still serves orders, so it is ready (200) and says how:
+// degraded, in database mode, Redis failing and MySQL answering. Without the
+// fallback the same outage is unavailable (503). /livez answers 200 either
+// way.
+func TestHealthzInDatabaseMode(t *testing.T) {
+	srv := testServers(t)
+	own := testenv.RedisServer(t)
+	srv.redisAddr = own.Addr
+	ctx := testCtx(t)
+	admin, err := openDatabase(ctx, srv, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := store.Reset(ctx, admin, "widget", 10); err != nil {
+		t.Fatal(err)
+	}
+	apiFor := func(fallback bool) http.Handler {
+		inst, err := newInstance("health", instanceConfig{servers: srv, prefix: testenv.Prefix(t), poolSize: 4, lease: 5 * time.Second,
+			fallback: fallback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = inst.close() })
+		return (&api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: time.Second, fallback: inst.fallback,
+			guardMode: inst.mode, timeout: 5 * time.Second, instance: inst.name}).routes()
+	}
+	withFallback, without := apiFor(true), apiFor(false)
+	if r := do(t, withFallback, "GET", "/healthz", ""); r.status != http.StatusOK || r.body["status"] != "ok" ||
+		r.body["mode"] != "redis" || r.body["fallback"] != "database" {
+		t.Fatalf("with Redis up: %d %v", r.status, r.body)
+	}
+
+	own.Kill()
+	// The third order that finds Redis gone switches the Guard to database mode.
+	for range 3 {
+		if r := do(t, withFallback, "POST", "/orders", `{"sku":"widget","qty":1}`); r.status != http.StatusCreated {
+			t.Fatalf("order with Redis down: %d %v", r.status, r.body)
+		}
+	}
+	r := do(t, withFallback, "GET", "/healthz", "")
+	checks, _ := r.body["checks"].(map[string]any)
+	if r.status != http.StatusOK || r.body["status"] != "degraded" || r.body["mode"] != "database" ||
+		fmt.Sprint(r.body["failing"]) != "[redis]" || checks["mysql"] != "ok" || checks["redis"] == "ok" || checks["redis"] == nil {
+		t.Fatalf("in database mode: %d %v, want 200, degraded, database mode, redis failing", r.status, r.body)
+	}
+	if r := do(t, without, "GET", "/healthz", ""); r.status != http.StatusServiceUnavailable || r.body["status"] != "unavailable" ||
+		r.body["fallback"] != "none" {
+		t.Fatalf("without the fallback: %d %v, want 503", r.status, r.body)
+	}
+	for _, h := range []http.Handler{withFallback, without} {
+		if r := do(t, h, "GET", "/livez", ""); r.status != http.StatusOK || r.body["status"] != "alive" {
+			t.Errorf("GET /livez: %d %v", r.status, r.body)
+		}
 	}
 }

@@ -150,6 +150,14 @@ func then3[A, B, C any](f, g func(A, B, C)) func(A, B, C) {
 	return func(a A, b B, c C) { f(a, b, c); g(a, b, c) }
 }
 
+// mode returns how inst's Guards hold keys now, as their switches tell.
+func (inst *instance) mode() guard.Mode {
+	if inst.toDatabase.Load() > inst.toRedis.Load() {
+		return guard.ModeDatabase
+	}
+	return guard.ModeRedis
+}
+
 func (inst *instance) close() error {
 	var errs []error
 	if inst.locker != nil {

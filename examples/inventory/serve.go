@@ -96,9 +96,9 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	if created {
 		fmt.Fprintf(stdout, "created SKU %q with stock %d\n", cfg.sku, cfg.stock)
 	}
-	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s, GET /healthz, GET /metrics)\n", ln.Addr(), cfg.sku, cfg.sku)
+	fmt.Fprintf(stdout, "listening on http://%s  (POST /orders {\"sku\":%q,\"qty\":1}, GET /stock/%s, GET /healthz, GET /livez, GET /metrics)\n", ln.Addr(), cfg.sku, cfg.sku)
 	api := &api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: cfg.checkTimeout,
-		timeout: cfg.requestTimeout, instance: inst.name, metrics: m}
+		fallback: inst.fallback, guardMode: inst.mode, timeout: cfg.requestTimeout, instance: inst.name, metrics: m}
 	if err := serve(ctx, ln, api.routes(), cfg.shutdown); err != nil {
 		return fail(stderr, err)
 	}
@@ -126,12 +126,22 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 	return err
 }
 
+// mode returns the Guard's mode now.
+func (a *api) mode() guard.Mode {
+	if a.guardMode == nil {
+		return guard.ModeRedis
+	}
+	return a.guardMode()
+}
+
 // api is the HTTP face of the service.
 type api struct {
 	guard        *guard.Guard
 	db           store.Execer
-	checks       []check       // Redis and MySQL
-	checkTimeout time.Duration // bound on each check
+	checks       []check           // Redis and MySQL
+	checkTimeout time.Duration     // bound on each check
+	fallback     bool              // the Guard serves orders in database mode while Redis is unavailable
+	guardMode    func() guard.Mode // the Guard's mode now; nil: Redis
 	timeout      time.Duration
 	instance     string
 	metrics      http.Handler // GET /metrics; nil: not served
@@ -142,6 +152,7 @@ func (a *api) routes() http.Handler {
 	mux.HandleFunc("POST /orders", a.postOrder)
 	mux.HandleFunc("GET /stock/{sku}", a.getStock)
 	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /livez", a.livez)
 	if a.metrics != nil {
 		mux.Handle("GET /metrics", a.metrics)
 	}
