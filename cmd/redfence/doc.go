@@ -24,7 +24,9 @@
 //	-json        one JSON document on stdout, also for errors
 //	-timeout     bound on the whole command (default 30s)
 //
-// Exit status: 0 done; 1 the command failed (a server answered with an
-// error, a dirty schema); 2 bad usage (flags, key, DSN); 3 a server did not
-// answer (the message names which, and the flag or variable to fix).
+// Exit status, the same for the inventory example (examples/inventory): 0
+// done; 1 failed (a server answered with an error or refused the
+// credentials, a dirty schema); 2 bad usage (flags, arguments, key, a Redis
+// address or DSN that does not parse); 3 a server did not answer (the
+// message names which, and the flag or variable to fix).
 package main

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -166,11 +165,4 @@ func openPool(dsn string, poolSize int) (*sqlx.DB, error) {
 	db.SetMaxOpenConns(poolSize)
 	db.SetMaxIdleConns(poolSize)
 	return db, nil
-}
-
-// needsServers reports whether err says the servers cannot be had, which
-// the user must fix (exit status 2).
-func needsServers(err error) bool {
-	var e *serversError
-	return errors.As(err, &e)
 }

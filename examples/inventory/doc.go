@@ -59,9 +59,12 @@
 // the program's own. -start-servers=false turns starting off.
 //
 // It prints live progress on stderr and a report on stdout, which says where
-// the servers were, and exits with status 1 when a mode that claims safety
-// oversold (or the run failed or was interrupted), 2 when the servers cannot
-// be had.
+// the servers were. Its exit status is that of cmd/redfence: 0 done (no mode
+// that claims safety oversold); 1 failed (such a mode oversold, the run
+// failed or was interrupted, a server refused the credentials or answered
+// with an error); 2 bad usage (flags, arguments, REDIS_ADDR or MYSQL_DSN
+// that does not parse); 3 a server did not answer and none could be started
+// in its place.
 //
 //	go run ./examples/inventory
 //	go run ./examples/inventory -mode guard -buyers 128 -pause 0 -failover=false

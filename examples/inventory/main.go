@@ -39,12 +39,12 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// Exit statuses.
+// Exit statuses, the same as cmd/redfence's.
 const (
 	exitOK          = 0
-	exitUnsafe      = 1 // a mode that claims safety oversold, or a run failed
-	exitUnreachable = 2 // Redis or MySQL cannot be had: down and none could be started, or refusing the credentials
-	exitUsage       = 3
+	exitFailed      = 1 // a mode that claims safety oversold, a run failed or was interrupted, a server refused the credentials or answered with an error
+	exitUsage       = 2 // bad flags or arguments, or REDIS_ADDR or MYSQL_DSN that does not parse
+	exitUnreachable = 3 // Redis or MySQL does not answer, and none could be started in its place
 )
 
 // startServersUsage documents -start-servers of both subcommands.
@@ -86,7 +86,7 @@ func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.W
 		return fail(stderr, err)
 	}
 	if !writeReport(stdout, cfg, results) {
-		return exitUnsafe
+		return exitFailed
 	}
 	return exitOK
 }
@@ -96,13 +96,13 @@ func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.W
 func fail(stderr io.Writer, err error) int {
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(stderr, "inventory: interrupted")
-		return exitUnsafe
+		return exitFailed
 	}
 	fmt.Fprintf(stderr, "inventory: %v\n", err)
-	if needsServers(err) {
-		return exitUnreachable
+	if se, ok := errors.AsType[*serversError](err); ok {
+		return se.exitCode()
 	}
-	return exitUnsafe
+	return exitFailed
 }
 
 // checkOutageFlags checks -redis-outage and the flags that go with it.

@@ -126,7 +126,7 @@ func hasPrefix(err error, prefixes ...string) bool {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 // serversError is every reason the program cannot have its servers, with
-// what to do about them. The program exits with status 2 on it.
+// what to do about them. The program exits with the status of exitCode.
 type serversError struct {
 	problems []*serverProblem
 	// notStarting says why no server was started for those that are down:
@@ -168,6 +168,22 @@ func (e *serversError) Error() string {
 	}
 	b.WriteString(waysOut)
 	return b.String()
+}
+
+// exitCode is the exit status e deserves: exitUsage when a setting does not
+// parse, exitFailed when a server answered (refusing the credentials, or with
+// an error), exitUnreachable when every server in question does not answer.
+func (e *serversError) exitCode() int {
+	code := exitUnreachable
+	for _, p := range e.problems {
+		switch p.kind {
+		case problemConfig:
+			return exitUsage
+		case problemAuth, problemOther:
+			code = exitFailed
+		}
+	}
+	return code
 }
 
 // Unwrap returns the problems, for errors.Is and errors.As.

@@ -46,17 +46,18 @@ func TestCredentialsAndSettingsAreNotDown(t *testing.T) {
 	deadMySQL := "root@tcp(" + closedAddr(t) + ")/"
 	cases := []struct {
 		name, redis, dsn string
+		code             int // 1 when a server refused, 2 for a setting that does not parse
 		want             []string
 	}{
-		{"MySQL wrong password", srv.redisAddr, cfgDSN,
+		{"MySQL wrong password", srv.redisAddr, cfgDSN, 1,
 			[]string{"MySQL at", "refused the credentials", "Error 1045", "fix the user and password in MYSQL_DSN"}},
-		{"Redis NOAUTH", locked.Addr, srv.mysqlDSN,
+		{"Redis NOAUTH", locked.Addr, srv.mysqlDSN, 1,
 			[]string{"Redis at " + locked.Addr + " refused the credentials", "NOAUTH", "REDIS_ADDR='redis://"}},
-		{"Redis WRONGPASS", "redis://:nope@" + locked.Addr, srv.mysqlDSN,
+		{"Redis WRONGPASS", "redis://:nope@" + locked.Addr, srv.mysqlDSN, 1,
 			[]string{"Redis at " + locked.Addr + " refused the credentials", "WRONGPASS"}},
-		{"malformed DSN", srv.redisAddr, "not a dsn", []string{"MYSQL_DSN is not a valid DSN"}},
-		{"malformed REDIS_ADDR", "localhost", srv.mysqlDSN, []string{"REDIS_ADDR is neither host:port nor a redis:// URL"}},
-		{"Redis NOAUTH, MySQL down", locked.Addr, deadMySQL,
+		{"malformed DSN", srv.redisAddr, "not a dsn", 2, []string{"MYSQL_DSN is not a valid DSN"}},
+		{"malformed REDIS_ADDR", "localhost", srv.mysqlDSN, 2, []string{"REDIS_ADDR is neither host:port nor a redis:// URL"}},
+		{"Redis NOAUTH, MySQL down", locked.Addr, deadMySQL, 1,
 			[]string{"Redis at " + locked.Addr + " refused the credentials", "cannot reach MySQL at"}},
 	}
 	for _, c := range cases {
@@ -67,8 +68,8 @@ func TestCredentialsAndSettingsAreNotDown(t *testing.T) {
 				var stdout, stderr strings.Builder
 				code := runWith(testCtx(t), spyLauncher(t), args, &stdout, &stderr)
 				out := stderr.String()
-				if code != exitUnreachable {
-					t.Fatalf("%s: exit status %d, want %d; stderr:\n%s", args[0], code, exitUnreachable, out)
+				if code != c.code {
+					t.Fatalf("%s: exit status %d, want %d; stderr:\n%s", args[0], code, c.code, out)
 				}
 				for _, w := range append(c.want, "nothing was started") {
 					if !strings.Contains(out, w) {
@@ -330,8 +331,8 @@ func TestSignalRemovesStartedServers(t *testing.T) {
 			}
 			err := cmd.Wait()
 			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != exitUnsafe {
-				t.Errorf("exit after %v: %v, want status %d", sig, err, exitUnsafe)
+			if !errors.As(err, &exit) || exit.ExitCode() != exitFailed {
+				t.Errorf("exit after %v: %v, want status %d", sig, err, exitFailed)
 			}
 			for _, w := range []string{"inventory: interrupted", "stopped redis-server", "stopped mariadbd"} {
 				if !strings.Contains(all.String(), w) {
