@@ -12,7 +12,11 @@
 // row (resource, token, owner, operation id, claims, last claim), all read
 // without changing anything. The fence row of KEY is named as guard.Guard
 // names it: KEY itself under the default prefix, otherwise the namespace
-// (-namespace, default the prefix) followed by "{" and KEY.
+// (-namespace, default the prefix) followed by "{" and KEY. A -prefix other
+// than the Lockers' makes a held lock look free, so when the lock has no
+// state under -prefix, inspect says whether any Redis key at all starts with
+// it and lists the prefixes under which KEY has state, found with SCAN over
+// at most 100,000 keys each.
 //
 // Every subcommand takes the same flags, before or after its arguments:
 //

@@ -76,6 +76,13 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) (j
 	}
 
 	out := newInspectJSON(c.prefix, info, resource, row)
+	if noState(info) {
+		rep, err := scanPrefixes(ctx, rdb, c.prefix, strings.TrimSuffix(info.Names.Lock, "lock"))
+		if err != nil {
+			return c.json, fmt.Errorf("looking for the key under other prefixes: %w", err)
+		}
+		out.PrefixEmpty, out.OtherPrefixes = rep.empty, append(out.OtherPrefixes, rep.others...)
+	}
 	if c.json {
 		writeJSON(stdout, out)
 	} else {
@@ -98,6 +105,18 @@ type inspectJSON struct {
 	FenceResource    string        `json:"fence_resource"`
 	Fence            *fenceJSON    `json:"fence"`    // null when the row does not exist
 	Problems         []string      `json:"problems"` // [] when none
+	// When the lock has no state in Redis under Prefix, which may be the
+	// wrong one: PrefixEmpty says that no Redis key at all starts with
+	// Prefix, OtherPrefixes lists prefixes under which the key has state
+	// ([] when none). Both come from a SCAN of a bounded part of the
+	// keyspace.
+	PrefixEmpty   bool     `json:"prefix_empty"`
+	OtherPrefixes []string `json:"other_prefixes"`
+}
+
+// noState reports whether info shows nothing of the lock in Redis.
+func noState(info redislock.LockInfo) bool {
+	return info.Holder == nil && len(info.Queue) == 0 && info.StoredTokenTTL == 0 && info.Released == 0
 }
 
 type redisKeysJSON struct {
@@ -143,7 +162,7 @@ func newInspectJSON(prefix string, info redislock.LockInfo, resource string, row
 			Waiters: info.Names.Waiters, Channel: info.Names.Channel, Released: info.Names.Released},
 		Queue:       []waiterJSON{},
 		StoredToken: info.StoredToken, StoredTokenTTLMs: ms(info.StoredTokenTTL), Released: info.Released,
-		FenceResource: resource, Problems: append([]string{}, info.Problems...),
+		FenceResource: resource, Problems: append([]string{}, info.Problems...), OtherPrefixes: []string{},
 	}
 	if h := info.Holder; h != nil {
 		out.Holder = &holderJSON{Owner: h.Owner, Token: h.Token, Acquisitions: append([]string{}, h.Acquisitions...),
@@ -207,6 +226,16 @@ func writeInspectText(w io.Writer, out inspectJSON, info redislock.LockInfo) {
 	}
 	for _, p := range out.Problems {
 		line("problem", "%s", p)
+	}
+	if out.PrefixEmpty {
+		line("prefix", "no Redis key at all starts with %q: is -prefix the Lockers' redislock.Options.Prefix?", out.Prefix+":")
+	}
+	if len(out.OtherPrefixes) > 0 {
+		quoted := make([]string, len(out.OtherPrefixes))
+		for i, p := range out.OtherPrefixes {
+			quoted[i] = fmt.Sprintf("%q", p)
+		}
+		line("prefix", "%q has lock state under prefix %s: pass -prefix %q", out.Key, strings.Join(quoted, ", "), out.OtherPrefixes[0])
 	}
 }
 
