@@ -320,6 +320,7 @@ func (g *Guard) take(m *member, t turn) {
 	// The member's own view of the transaction: what fn keeps of it past
 	// its return is refused, not run in the next member's work.
 	mt := t.tx.forMember()
+	mt.batchCtx = t.lctx
 	sctx := withScope(fctx, &scope{g: g, key: t.tx.key, tx: mt})
 	returned := false
 	defer func() {

@@ -336,7 +336,9 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
+	defer g.open.leave(key)
 	tx := newTx(stx, key, resource, r.token, r.owner, n)
+	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false
@@ -345,7 +347,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 			g.rollback(ctx, stx)
 		}
 	}()
-	stopKill := g.killOnEnd(lctx, connID, settleGrace)
+	stopKill := g.killOnEnd(lctx, connID, settleGrace, false)
 	err = fence.ClaimExisting(lctx, stx, resource, r.token, tx.owner, tx.opID)
 	stopKill()
 	if err != nil {

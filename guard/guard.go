@@ -30,6 +30,7 @@ type Guard struct {
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
 	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
+	open    openTxs   // keys whose transaction an attempt here has open (see spare.go)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -443,6 +444,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	if err != nil {
 		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
+	defer g.open.leave(key)
 	tx := newTx(stx, key, resource, token, h.owner, n)
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
@@ -455,7 +457,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}()
 
 	var claimErr error
-	stopKill := g.killOnEnd(lctx, connID, settleGrace)
+	stopKill := g.killOnEnd(lctx, connID, settleGrace, false)
 	if token == 0 {
 		// Database mode: the claim mints the token.
 		tx.token, claimErr = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID)
@@ -532,8 +534,8 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	if ferr != nil {
 		finished = true
-		if g.rollbackGone(ctx, stx) {
-			retry, err := g.endedUnseen(ctx, tx, ferr)
+		if end := g.rollbackGone(ctx, stx); end.gone {
+			retry, err := g.endedUnseen(ctx, tx, ferr, end)
 			return retry && lctx.Err() == nil, err
 		}
 		if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
@@ -580,7 +582,9 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 		// Another caller of the key is under way here: commit and begin its
 		// transaction in one round trip, and pass that on.
 		if err = commitSession(ctx, stx, true); err != nil {
-			g.rollback(ctx, stx)
+			if end := g.rollbackGone(ctx, stx); errors.Is(err, errNotClaimingTx) {
+				err = &notClaimingError{err: err, end: end}
+			}
 			g.unreserve(key)
 			return false, err
 		}
@@ -612,7 +616,10 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 // the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
 	if err := commitSession(ctx, stx, false); err != nil {
-		g.rollback(ctx, stx)
+		end := g.rollbackGone(ctx, stx)
+		if errors.Is(err, errNotClaimingTx) {
+			return &notClaimingError{err: err, end: end}
+		}
 		return err
 	}
 	if ctx.Done() == nil {
@@ -664,15 +671,15 @@ func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx) {
 // had already ended before it (see rollbackSession). When ctx has ended,
 // database/sql rolls back on its own and the server ends the session (see
 // session.go); gone is then false.
-func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (gone bool) {
+func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (end ending) {
 	if ctx.Err() != nil {
-		return false
+		return ending{}
 	}
-	gone, _ = rollbackSession(ctx, stx)
+	end, _ = rollbackSession(ctx, stx)
 	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
 	// sent on a connection closed above.
 	_ = stx.Rollback()
-	return gone
+	return end
 }
 
 func (g *Guard) committed(ctx context.Context, tx *Tx, acquired time.Time) {

@@ -309,7 +309,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	r := rs.keys[key]
 	if r == nil { // not registered by Do: nothing to share
 		rs.mu.Unlock()
-		return g.beginLeg(ctx)
+		return g.beginLeg(ctx, key)
 	}
 	if l := r.takeSpare(); l != nil {
 		rs.mu.Unlock()
@@ -318,7 +318,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	}
 	if r.refs <= 1 {
 		rs.mu.Unlock()
-		return g.beginLeg(ctx)
+		return g.beginLeg(ctx, key)
 	}
 	relayed := make(chan *leg, 1)
 	if r.incoming > r.reliant() {
@@ -332,7 +332,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 				l.bind(ctx)
 				return l, nil
 			}
-			return g.beginLeg(ctx) // its COMMIT failed
+			return g.beginLeg(ctx, key) // its COMMIT failed
 		case <-ctx.Done():
 			g.dropWaiter(ctx, key, r, relayed)
 			return nil, context.Cause(ctx)
@@ -351,7 +351,7 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	var abandoned bool // guarded by rs.mu
 	go func() {
 		defer g.endPending(r)
-		l, err := g.beginLeg(pctx)
+		l, err := g.beginLeg(pctx, key)
 		if err == nil && !l.unbind() {
 			// pctx ended as the transaction began: database/sql rolls it back.
 			l, err = nil, context.Cause(pctx)
@@ -406,6 +406,9 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 // passes it on; otherwise a transaction of the pool, bound to ctx.
 func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, connID uint64, err error) {
 	if !g.relaying() {
+		if err = g.awaitSpare(ctx, key); err != nil {
+			return nil, nil, 0, err
+		}
 		if stx, err = g.db.BeginTxx(ctx, g.opt.TxOptions); err != nil {
 			return nil, nil, 0, err
 		}
@@ -422,11 +425,15 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, c
 		}
 		return nil, nil, 0, err
 	}
+	g.open.enter(key)
 	return stx, lg, connID, nil
 }
 
-// beginLeg begins a transaction on the pool, bound to ctx.
-func (g *Guard) beginLeg(ctx context.Context) (*leg, error) {
+// beginLeg begins a transaction for key on the pool, bound to ctx.
+func (g *Guard) beginLeg(ctx context.Context, key string) (*leg, error) {
+	if err := g.awaitSpare(ctx, key); err != nil {
+		return nil, err
+	}
 	l := newLeg(ctx)
 	tx, err := g.db.BeginTxx(l.ctx, g.opt.TxOptions)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -57,6 +58,27 @@ var ErrSchemaOutdated = errors.New("guard: the database's redfence schema is out
 // not the one that claimed: it ended before, unseen, and another one began.
 var errNotClaimingTx = errors.New("the transaction that claimed the fence row ended before COMMIT")
 
+// ending is what rolling back an attempt's transaction found.
+type ending struct {
+	// gone: the transaction that claimed had already ended.
+	gone bool
+	// autocommit: a statement of fn had switched autocommit back on, so
+	// that what fn ran after the end of the claiming transaction may have
+	// committed on its own. (Switched on and off again by fn, it is not
+	// seen: see the Tx documentation.)
+	autocommit bool
+}
+
+// notClaimingError is commitSession's refusal, with what the rollback that
+// followed it found.
+type notClaimingError struct {
+	err error
+	end ending
+}
+
+func (e *notClaimingError) Error() string { return e.err.Error() }
+func (e *notClaimingError) Unwrap() error { return e.err }
+
 // beginSession marks stx, just begun (or chained), as an attempt's
 // transaction; see the file comment. It returns the session's connection
 // id, for killStatement.
@@ -76,21 +98,31 @@ func beginSession(ctx context.Context, stx *sqlx.Tx) (connID uint64, err error) 
 // keep waiting, holding the lock's queue place and a connection slot, for
 // up to innodb_lock_wait_timeout. stop returns once a KILL under way has
 // ended; the KILL is bounded by timeout.
-func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration) (stop func()) {
+//
+// With query set, only the statement running at the time is ended (KILL
+// QUERY): the transaction and the connection go on.
+func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration, query bool) (stop func()) {
 	if connID == 0 {
 		return func() {}
+	}
+	kill := "KILL "
+	if query {
+		kill = "KILL QUERY "
 	}
 	done := make(chan struct{})
 	after := context.AfterFunc(ctx, func() {
 		defer close(done)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(connID, 10))
+		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
 	})
+	var once sync.Once
 	return func() {
-		if !after() {
-			<-done
-		}
+		once.Do(func() {
+			if !after() {
+				<-done
+			}
+		})
 	}
 }
 
@@ -116,11 +148,13 @@ func notClaimingTx(err error) bool {
 	return errors.As(err, &me) && me.Number == erSPDoesNotExist
 }
 
-// rollbackSession rolls stx back and restores the session. gone reports
-// that the transaction beginSession marked had already ended before (the
-// server rolled it back, or something committed it).
-func rollbackSession(ctx context.Context, stx *sqlx.Tx) (gone bool, err error) {
-	var g int
-	err = stx.QueryRowContext(ctx, sqlRollback).Scan(&g)
-	return err == nil && g == 1, err
+// rollbackSession rolls stx back and restores the session, and reports
+// what it found (see ending).
+func rollbackSession(ctx context.Context, stx *sqlx.Tx) (ending, error) {
+	var gone, autocommit int
+	err := stx.QueryRowContext(ctx, sqlRollback).Scan(&gone, &autocommit)
+	if err != nil {
+		return ending{}, err
+	}
+	return ending{gone: gone == 1, autocommit: autocommit == 1}, nil
 }

@@ -30,8 +30,8 @@ import (
 // other nodes and committed there all the same. Its outcome is read from
 // the fence row, like a lost connection's.
 func (g *Guard) commitFailed(ctx context.Context, tx *Tx, acquired time.Time, cerr error) (retry bool, err error) {
-	if errors.Is(cerr, errNotClaimingTx) {
-		return g.endedUnseen(ctx, tx, nil)
+	if nc := (*notClaimingError)(nil); errors.As(cerr, &nc) {
+		return g.endedUnseen(ctx, tx, nil, nc.end)
 	}
 	var me *mysql.MySQLError
 	if errors.As(cerr, &me) && !fence.IsConnectionLost(cerr) && me.Number != erErrorDuringCommit {
@@ -159,30 +159,41 @@ func claimOutcome(tx *Tx, f fence.Fence, err error) (committed bool, _ error) {
 // endedUnseen decides what an attempt means whose claiming transaction
 // ended before Do's COMMIT or ROLLBACK, unseen by Tx (see session.go): fn's
 // statements after that end ran in another transaction, which Do has rolled
-// back, so none of them committed. The fence row tells what became of the
-// claiming transaction:
+// back, so none of them committed, unless fn switched autocommit back on
+// (end.autocommit). The fence row tells what became of the claiming
+// transaction:
 //   - it committed (a statement committed it implicitly): the work fn did
 //     up to that statement is applied, the rest is not; ErrImplicitCommit,
 //     never retried;
 //   - it was rolled back (a deadlock or another error that rolled back the
 //     whole transaction and reached fn only, or not at all): nothing of the
 //     attempt applied, and running it again is safe when fn returned nil or
-//     a retryable error (fnErr);
-//   - a newer holder has claimed the row since: ErrOutcomeUnknown.
-func (g *Guard) endedUnseen(ctx context.Context, tx *Tx, fnErr error) (retry bool, err error) {
+//     a retryable error (fnErr); but when fn had switched autocommit on,
+//     what it ran after the rollback may have committed on its own:
+//     ErrOutcomeUnknown, never retried;
+//   - it cannot tell (two newer holders have claimed the row since):
+//     ErrOutcomeUnknown.
+func (g *Guard) endedUnseen(ctx context.Context, tx *Tx, fnErr error, end ending) (retry bool, err error) {
 	committed, serr := g.settleEnded(ctx, tx)
+	after := "what fn did after that was rolled back"
+	if end.autocommit {
+		after = "a statement of fn switched autocommit on, so what fn ran after that may have committed on its own, outside the fence"
+	}
 	switch {
 	case serr != nil:
 		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w, and the fence row cannot tell how: %v",
 			tx.key, ErrOutcomeUnknown, errNotClaimingTx, serr), fnErr)
 	case committed:
-		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w: it committed, with the work fn did until then; "+
-			"what fn did after that was rolled back", tx.key, ErrImplicitCommit, errNotClaimingTx), fnErr)
+		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w: it committed, with the work fn did until then; %s",
+			tx.key, ErrImplicitCommit, errNotClaimingTx, after), fnErr)
+	case end.autocommit:
+		return false, withStatementErr(fmt.Errorf("guard: %q: %w: %w: the server rolled it back; %s",
+			tx.key, ErrOutcomeUnknown, errNotClaimingTx, after), fnErr)
 	case fnErr != nil && !fence.Retryable(fnErr):
 		return false, fnErr
 	default:
-		return ctx.Err() == nil, withStatementErr(fmt.Errorf("guard: %q: %w: %w: the server rolled it back, and what fn did after that was rolled back too",
-			tx.key, ErrNotCommitted, errNotClaimingTx), fnErr)
+		return ctx.Err() == nil, withStatementErr(fmt.Errorf("guard: %q: %w: %w: the server rolled it back, and %s too",
+			tx.key, ErrNotCommitted, errNotClaimingTx, after), fnErr)
 	}
 }
 
@@ -214,10 +225,11 @@ func (g *Guard) retryable(ctx context.Context, stx *sqlx.Tx, tx *Tx, cause error
 		}
 		return ctx.Err() == nil, false, nil
 	}
-	if !g.rollbackGone(ctx, stx) {
+	end := g.rollbackGone(ctx, stx)
+	if !end.gone {
 		return ctx.Err() == nil, true, nil
 	}
-	retry, err = g.endedUnseen(ctx, tx, nil)
+	retry, err = g.endedUnseen(ctx, tx, nil, end)
 	if retry {
 		return retry, true, nil
 	}

@@ -45,6 +45,17 @@ import (
 //     row cannot tell (two newer holders have claimed it since), Do returns
 //     [ErrOutcomeUnknown].
 //
+// One thing no session setting can keep out: fn may switch autocommit back
+// on itself (a SET that Tx's text checks below do not recognise, or one run
+// from dynamic SQL). That commits the claiming transaction, and fn's later
+// statements then commit on their own, outside the fence. Do cannot stop
+// them, but it is not deceived: it returns [ErrImplicitCommit], or
+// [ErrOutcomeUnknown] when the server had rolled the claiming transaction
+// back first, saying that fn's later statements may have committed, and
+// never runs fn again. (An fn that switches autocommit on and off again
+// after a rollback it did not notice is the one case Do cannot see: keep
+// session settings out of fn.)
+//
 // On top of that, Tx's statement methods (Exec, Query, QueryRow, Get,
 // Select, NamedExec, Prepare and their Context, x and Named forms) give
 // early, clear errors:
@@ -95,6 +106,12 @@ type Tx struct {
 	// relayed transaction chained to the next caller), so statements of
 	// this Tx kept past fn are refused here, and the statements fn prepared
 	// are closed, as database/sql would at the end of the transaction.
+	// batchCtx, on a batch member's Tx, is the batch's: it, not the
+	// member's ctx, bounds the member's statements (see stmtCtx). kills
+	// are the member's KILL QUERY watches, stopped when it finishes.
+	batchCtx context.Context
+	kills    []func()
+
 	ended    atomic.Bool
 	prepared struct {
 		sync.Mutex
@@ -127,6 +144,9 @@ type txState struct {
 	// settleLost, when set, tells on a fresh connection whether the
 	// transaction committed, after its connection was lost (Guard.settle).
 	settleLost func(context.Context) (committed bool, err error)
+	// killQuery, in a batch, makes the end of a member's ctx end the
+	// member's statement then running on the server (see stmtCtx).
+	killQuery func(ctx context.Context) (stop func())
 
 	// check guards the savepoint that opaque statements run under.
 	check struct {
@@ -135,6 +155,39 @@ type txState struct {
 		pending bool  // Do must verify it before COMMIT
 		after   int64 // value of savepoints when it was set
 		query   bool  // pending for an opaque statement run through a Query form (settleQuery)
+	}
+}
+
+// stmtCtx returns the ctx a statement of fn runs on: ctx itself, except for
+// a batch member's Tx, where the statement must not be cut short by the
+// member's ctx. The driver ends a statement whose ctx ends by closing the
+// connection, which would end the transaction of every member, and count
+// against the batch's attempts. A member's statement therefore runs on a
+// ctx with ctx's values that ends only with the batch (batchCtx); once the
+// member's ctx has ended, fn gets it at its next check, its next statement
+// is refused without touching the connection (database/sql checks ctx
+// first), and the batch undoes the member's work alone. done releases
+// what the ctx holds.
+func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done func()) {
+	if t.batchCtx == nil || ctx.Err() != nil {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(t.batchCtx, func() { cancel(context.Cause(t.batchCtx)) })
+	stopKill := func() {}
+	if t.killQuery != nil {
+		stopKill = t.killQuery(ctx)
+		if rows {
+			// The rows outlive the call: stopped when the member finishes.
+			t.prepared.Lock()
+			t.kills = append(t.kills, stopKill)
+			t.prepared.Unlock()
+		}
+	}
+	return c, func() {
+		stopKill()
+		stop()
+		cancel(nil)
 	}
 }
 
@@ -213,11 +266,14 @@ func (t *Tx) keep(st io.Closer) {
 func (t *Tx) finish() {
 	t.prepared.Lock()
 	t.ended.Store(true)
-	v := t.prepared.v
-	t.prepared.v = nil
+	v, kills := t.prepared.v, t.kills
+	t.prepared.v, t.kills = nil, nil
 	t.prepared.Unlock()
 	for _, st := range v {
 		_ = st.Close()
+	}
+	for _, stop := range kills {
+		stop()
 	}
 }
 
@@ -259,7 +315,8 @@ func statementOnly(n uint16) bool {
 		1048, 1364, // ER_BAD_NULL_ERROR, ER_NO_DEFAULT_FOR_FIELD
 		1054, 1064, 1146, // ER_BAD_FIELD_ERROR, ER_PARSE_ERROR, ER_NO_SUCH_TABLE
 		erNoSuchSavepoint,
-		3572: // ER_LOCK_NOWAIT
+		1317, // ER_QUERY_INTERRUPTED: KILL QUERY, a batch member that left (stmtCtx)
+		3572: // ER_LOCK_NOWAIT (MySQL; MariaDB reports NOWAIT as 1205, a lock wait timeout, which fails the attempt and is retried)
 		return true
 	}
 	return false
@@ -573,6 +630,8 @@ func refusedCtx(ctx context.Context) context.Context {
 
 // ExecContext runs query in the transaction; see [Tx] for what is refused.
 func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx, done := t.stmtCtx(ctx, false)
+	defer done()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -605,6 +664,7 @@ func (t *Tx) MustExec(query string, args ...any) sql.Result {
 
 // QueryContext runs query in the transaction; see [Tx] for what is refused.
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -623,6 +683,7 @@ func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
 
 // QueryxContext is QueryContext returning *sqlx.Rows.
 func (t *Tx) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
+	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -642,6 +703,7 @@ func (t *Tx) Queryx(query string, args ...any) (*sqlx.Rows, error) {
 // QueryRowContext runs a query expected to return at most one row. A refused
 // statement is not sent, and the row's Scan fails; Do returns the reason.
 func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return t.Tx.QueryRowContext(refusedCtx(ctx), query, args...)
@@ -661,6 +723,7 @@ func (t *Tx) QueryRow(query string, args ...any) *sql.Row {
 
 // QueryRowxContext is QueryRowContext returning *sqlx.Row.
 func (t *Tx) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return t.Tx.QueryRowxContext(refusedCtx(ctx), query, args...)
@@ -680,6 +743,8 @@ func (t *Tx) QueryRowx(query string, args ...any) *sqlx.Row {
 
 // GetContext scans one row of query into dest (see sqlx.GetContext).
 func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	ctx, done := t.stmtCtx(ctx, false)
+	defer done()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -697,6 +762,8 @@ func (t *Tx) Get(dest any, query string, args ...any) error {
 
 // SelectContext scans the rows of query into dest (see sqlx.SelectContext).
 func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	ctx, done := t.stmtCtx(ctx, false)
+	defer done()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -715,6 +782,8 @@ func (t *Tx) Select(dest any, query string, args ...any) error {
 // NamedExecContext runs a query with named parameters (see
 // sqlx.NamedExecContext).
 func (t *Tx) NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error) {
+	ctx, done := t.stmtCtx(ctx, false)
+	defer done()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -85,21 +86,81 @@ func TestUnseenEndOfTransactionIsNeverNil(t *testing.T) {
 }
 
 // A statement fn sends that turns autocommit back on, unseen (its text
-// hides it from Tx's checks, or the server runs it from dynamic SQL): it
-// commits the claiming transaction, and from then on every statement of fn
-// commits on its own, outside the fence, unless the session's autocommit is
-// kept off. The same assertions as TestUnseenEndOfTransactionIsNeverNil.
-// When it was written, Do returned ErrImplicitCommit here but fn's write
-// after the statement had applied, unfenced (reported on issue 22).
+// hides it from Tx's checks, or the server runs it from dynamic SQL):
+// switching autocommit on commits the claiming transaction, and from then on
+// every statement of fn commits on its own. No session setting can be
+// locked against fn, so those statements cannot be stopped; what Do
+// guarantees is the verdict: never nil, never run again, and an error that
+// says that fn's later statements may have committed outside the fence.
 func TestUnseenAutocommitOnIsNeverNil(t *testing.T) {
 	for _, f := range []endForm{
-		{name: "dash-dash-cr-comment", query: "--\r\nSET autocommit = 1", commits: true},
-		{name: "set-statement-execute-immediate", query: "SET STATEMENT max_statement_time=10 FOR EXECUTE IMMEDIATE CONCAT('SET auto', 'commit = 1')", commits: true},
-		{name: "multi-statement", query: "DO 0; SET @@session.autocommit = 1", commits: true, multi: true},
+		{name: "dash-dash-cr-comment", query: "--\r\nSET autocommit = 1"},
+		{name: "set-statement-execute-immediate", query: "SET STATEMENT max_statement_time=10 FOR EXECUTE IMMEDIATE CONCAT('SET auto', 'commit = 1')"},
+		{name: "multi-statement", query: "DO 0; SET @@session.autocommit = 1", multi: true},
 	} {
 		for _, via := range []string{"exec", "query"} {
-			t.Run(f.name+"/"+via, func(t *testing.T) { testUnseenEnd(t, f, via) })
+			for _, rolledBack := range []bool{false, true} {
+				name := f.name + "/" + via
+				if rolledBack {
+					name += "/after-a-rollback"
+				}
+				t.Run(name, func(t *testing.T) { testUnseenAutocommitOn(t, f, via, rolledBack) })
+			}
 		}
+	}
+}
+
+// testUnseenAutocommitOn runs f's statement in fn after an increment. With
+// rolledBack, the server has first rolled the claiming transaction back
+// without fn noticing (a deadlock reported only through rows.Err, stood for
+// by a ROLLBACK sent past Tx with completion_type set back, which leaves
+// the session open as the server's rollback does).
+func testUnseenAutocommitOn(t *testing.T, f endForm, via string, rolledBack bool) {
+	e, ctx := fencedEnv(t, envConfig{}, "unseen", f.setup...)
+	g := e.g
+	if f.multi {
+		g = guard.New(e.locker, multiStatementDB(t, e.dsn), nil)
+		must(t, g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error { return nil })) // that guard's fence row
+	}
+	attempts := 0
+	err := g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error {
+		attempts++
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		if rolledBack {
+			_, _ = tx.Tx.ExecContext(ctx, "SET completion_type = 'NO_CHAIN'")
+			_, _ = tx.Tx.ExecContext(ctx, "ROLLBACK")
+		}
+		_ = sendVia(ctx, tx, via, f.query)
+		_, _ = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1000 WHERE id = 2")
+		return nil
+	})
+	n1, n2 := e.counter(1), e.counter(2)
+	t.Logf("Do: %v after %d attempts; counters %d and %d", err, attempts, n1, n2)
+	if err == nil {
+		t.Fatalf("Do returned nil, though fn's statement %q ended the transaction that claimed", f.query)
+	}
+	if attempts != 1 {
+		t.Errorf("fn ran %d times, want once: what it ran after autocommit went on may have committed", attempts)
+	}
+	want := guard.ErrImplicitCommit // the claiming transaction committed
+	if rolledBack {
+		want = guard.ErrOutcomeUnknown // it did not, but what fn ran after may have
+	}
+	if !errors.Is(err, want) || !strings.Contains(err.Error(), "autocommit on") {
+		t.Errorf("Do: %v, want %v saying that fn switched autocommit on", err, want)
+	}
+	if fence.Retryable(err) || fence.IsConnectionLost(err) {
+		t.Errorf("Do: %v looks retryable to a caller", err)
+	}
+	if wantN1 := map[bool]int{false: 1, true: 0}[rolledBack]; n1 != wantN1 {
+		t.Errorf("counter 1 = %d, want %d", n1, wantN1)
+	}
+	// The pool and the key are fit for the next caller: a plain Do commits.
+	must(t, g.Do(ctx, "unseen", func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
+	if got := e.counter(1); got != n1+1 {
+		t.Fatalf("counter 1 = %d after a clean Do, want %d", got, n1+1)
 	}
 }
 

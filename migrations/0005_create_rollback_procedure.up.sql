@@ -1,11 +1,15 @@
 -- 0005_create_rollback_procedure.up.sql: rolls back a transaction that
 -- redfence_begin opened and restores the session's autocommit and
--- completion_type. Its one row, one column result tells whether the
--- savepoint redfence_tx was still there (0) or gone (1): gone means the
--- transaction that claimed had already ended before this rollback.
+-- completion_type. Its one row tells, in gone, whether the savepoint
+-- redfence_tx was still there (0) or gone (1): gone means the transaction
+-- that claimed had already ended before this rollback; and, in
+-- autocommit, the session's autocommit as the rollback found it: 1 means
+-- a statement switched it back on, so statements may have committed on
+-- their own since.
 CREATE PROCEDURE redfence_rollback()
 BEGIN
     DECLARE gone INT DEFAULT 0;
+    DECLARE found_autocommit INT DEFAULT @@autocommit;
     DECLARE CONTINUE HANDLER FOR 1305 SET gone = 1;
     RELEASE SAVEPOINT redfence_tx;
     SET completion_type = 'NO_CHAIN';
@@ -15,5 +19,5 @@ BEGIN
             completion_type = SUBSTRING_INDEX(@redfence_session, ',', -1),
             @redfence_session = NULL;
     END IF;
-    SELECT gone;
+    SELECT gone, found_autocommit;
 END
