@@ -588,6 +588,7 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 			g.unreserve(key)
 			return false, err
 		}
+		lg.marked = true
 		if lg.unbind() {
 			g.passOn(ctx, key, lg, true)
 		} else {
@@ -606,8 +607,8 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 }
 
 // commit commits stx, returning when ctx ends even if the server or the
-// network does not answer. database/sql's Commit takes no ctx, so the COMMIT
-// is sent as a statement bound to ctx: when ctx ends first, the driver closes
+// network does not answer. The COMMIT is CALL redfence_commit() (see
+// session.go), a statement bound to ctx: when ctx ends first, the driver closes
 // the connection and the outcome is settled from the fence row. After a
 // successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
 // finds no transaction; that runs on a goroutine which closes *released, so
@@ -621,13 +622,6 @@ func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{
 			return &notClaimingError{err: err, end: end}
 		}
 		return err
-	}
-	if ctx.Done() == nil {
-		_ = stx.Rollback()
-		if then != nil {
-			then()
-		}
-		return nil
 	}
 	done := make(chan struct{})
 	*released = done

@@ -101,7 +101,13 @@ func (r *relay) reliant() int {
 // caller's ctx) when the ctx of the caller using it ends. Its statements
 // are bound to that caller's ctx as usual.
 type leg struct {
-	tx     *sqlx.Tx
+	tx *sqlx.Tx
+	// connID is the session's connection id; marked, that the open
+	// transaction is already marked as an attempt's (redfence_commit_chain
+	// did it), so that the next caller claims at once (see session.go).
+	connID uint64
+	marked bool
+
 	since  time.Time       // when its connection left the pool
 	ctx    context.Context // the transaction's
 	cancel context.CancelFunc
@@ -418,12 +424,20 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, c
 		}
 		stx = lg.tx
 	}
+	if lg != nil && lg.marked {
+		lg.marked = false // for this attempt only
+		g.open.enter(key)
+		return stx, lg, lg.connID, nil
+	}
 	if connID, err = beginSession(ctx, stx); err != nil {
 		g.rollback(ctx, stx)
 		if lg != nil {
 			lg.end()
 		}
 		return nil, nil, 0, err
+	}
+	if lg != nil {
+		lg.connID = connID
 	}
 	g.open.enter(key)
 	return stx, lg, connID, nil
