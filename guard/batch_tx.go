@@ -278,6 +278,11 @@ func (r *batchRun) attempts(first int) (again int) {
 			continue
 		}
 		if !retry {
+			if err != nil && g.againAfterFence(r.ctx, holding{key: key, token: r.token, owner: r.owner}, n, err) {
+				// Fenced by a token minted in database mode: a new turn,
+				// as for one caller (see Guard.attempts).
+				return n + 1
+			}
 			if err != nil {
 				r.settleOpen(err)
 			}
