@@ -160,7 +160,7 @@ func (f *fallback) changed(from, to gobreaker.State) {
 		}
 		f.mu.Unlock()
 	case gobreaker.StateClosed:
-		g.opt.Logger.Info("guard: Redis answers again; Do runs in Redis mode")
+		g.opt.Logger.Warn("guard: Redis answers again; Do runs in Redis mode")
 		if h := g.opt.Hooks.OnModeChange; h != nil {
 			h(ModeDatabase, ModeRedis)
 		}
