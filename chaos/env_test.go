@@ -100,6 +100,7 @@ type client struct {
 
 	mu       sync.Mutex
 	acquired func(token uint64)
+	lost     func(token uint64)
 	parent   *client // the client whose Guard a sibling shares
 }
 
@@ -125,6 +126,13 @@ func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *cl
 		Hooks: guard.Hooks{OnAcquired: func(_ string, token uint64, _ time.Duration) {
 			c.mu.Lock()
 			f := c.acquired
+			c.mu.Unlock()
+			if f != nil {
+				f(token)
+			}
+		}, OnLost: func(_ string, token uint64) {
+			c.mu.Lock()
+			f := c.lost
 			c.mu.Unlock()
 			if f != nil {
 				f(token)
@@ -160,6 +168,18 @@ func (c *client) onAcquired(f func(token uint64)) {
 	}
 	c.mu.Lock()
 	c.acquired = f
+	c.mu.Unlock()
+}
+
+// onLost sets a callback run when guard finds one of this client's locks
+// lost while a Do still watches it (guard.Hooks.OnLost).
+func (c *client) onLost(f func(token uint64)) {
+	if c.parent != nil {
+		c.parent.onLost(f)
+		return
+	}
+	c.mu.Lock()
+	c.lost = f
 	c.mu.Unlock()
 }
 

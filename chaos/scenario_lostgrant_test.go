@@ -2,12 +2,19 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/internal/testenv"
+	"github.com/redfence/redfence/redislock"
 )
 
 // lostGrant is the set-up shared by the lost-grant scenarios: an older
@@ -18,7 +25,10 @@ type lostGrant struct {
 	e            *env
 	rdb          *redis.Client
 	older, newer *client
-	load         []*client
+	// renewing is an older holder whose first renewal falls due within a
+	// round, for learnsLoss.
+	renewing *client
+	load     []*client
 }
 
 // newLostGrant sets up a lost-grant scenario; atEnd runs every Guard with
@@ -34,7 +44,122 @@ func newLostGrant(t *testing.T, name string, atEnd bool) *lostGrant {
 		rdb:   srv.Client(),
 		older: e.newClient(srv.Client(), olderDB, lockOpts{lease: 30 * time.Second, waiter: time.Second, recheck: 250 * time.Millisecond, atEnd: atEnd}),
 		newer: e.newClient(srv.Client(), e.db, locks),
-		load:  []*client{e.newClient(srv.Client(), e.db, locks), e.newClient(srv.Client(), e.db, locks)},
+		// Always holding the lock until its transaction ends: with the
+		// lock handed on at the claim there is nothing left to lose inside fn.
+		renewing: e.newClient(srv.Client(), e.db, lockOpts{lease: 3 * time.Second, waiter: time.Second, recheck: 250 * time.Millisecond, atEnd: true}),
+		load:     []*client{e.newClient(srv.Client(), e.db, locks), e.newClient(srv.Client(), e.db, locks)},
+	}
+}
+
+// learnsLoss runs one more round, in which the older holder must learn that
+// it lost the lock: its grant vanishes while it is inside fn, a newer holder
+// is granted the key and holds it in Redis while its claim waits for the
+// older transaction's fence row, and then the older holder's first renewal
+// (a second into its 3 s lease) falls due. That renewal must report the loss
+// (guard's OnLost fires, fn's ctx ends with ErrLockLost, Do fails and writes
+// nothing) and must leave the lock as the newer holder has it: its token,
+// its 1 s lease. fn stays until the lock has been read, so that the newer
+// holder, whose claim waits for fn's transaction, still holds the lock then.
+// A renewal that renewed whatever lock holds the key would let the older
+// holder go on as if it held the lock, under a lease stretched over the
+// newer holder's. The newer holder then claims and commits.
+func (lg *lostGrant) learnsLoss(ctx context.Context, t *testing.T) {
+	t.Helper()
+	e := lg.e
+	names, err := redislock.KeyNamesFor(e.prefix, e.item)
+	mustNoErr(t, err, "key names")
+	lg.warm(ctx, t)
+	type loss struct {
+		token uint64
+		at    time.Time
+	}
+	lost := make(chan loss, 1)
+	lg.renewing.onLost(func(tok uint64) {
+		select {
+		case lost <- loss{token: tok, at: time.Now()}:
+		default:
+		}
+	})
+	defer lg.renewing.onLost(nil)
+	var newerToken atomic.Uint64
+	var newerAt atomic.Int64
+	lg.newer.onAcquired(func(tok uint64) {
+		if newerToken.CompareAndSwap(0, tok) {
+			newerAt.Store(time.Now().UnixNano())
+		}
+	})
+	defer lg.newer.onAcquired(nil)
+
+	at, ended, resume := make(chan inFn, 1), make(chan error, 1), make(chan struct{})
+	resumeOnce := sync.OnceFunc(func() { close(resume) })
+	defer resumeOnce()
+	stayPastLoss := func(ctx context.Context, tx *guard.Tx) error {
+		select {
+		case at <- inFn{token: tx.Token(), attempt: tx.Attempt()}:
+		default:
+		}
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		<-resume
+		return context.Cause(ctx)
+	}
+	oldRes := make(chan Op, 1)
+	go func() { oldRes <- lg.renewing.buy(ctx, 1, 20*time.Second, stayPastLoss) }()
+	old := awaitInFn(t, at, oldRes, 10*time.Second, "older holder")
+	mustNoErr(t, e.dropGrant(ctx, lg.rdb), "drop the grant")
+	newRes := make(chan Op, 1)
+	go func() { newRes <- lg.newer.buy(ctx, 1, 20*time.Second, nil) }()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = waitFor(wctx, 5*time.Millisecond, func() (bool, error) {
+		n, err := e.claimsWaiting(wctx)
+		return n > 0, err
+	})
+	cancel()
+	mustNoErr(t, err, "the newer holder's claim waiting for the older transaction")
+
+	var l loss
+	var cause error
+	select {
+	case cause = <-ended:
+	case <-time.After(5 * time.Second):
+		v, _ := lg.rdb.Get(ctx, names.Lock).Result()
+		t.Fatalf("the older holder (token %d, 3 s lease) was not told within 5 s that it lost the lock; lock %q, newer holder's token %d",
+			old.token, v, newerToken.Load())
+	}
+	select {
+	case l = <-lost: // guard calls OnLost just after it ends fn's ctx
+	case <-time.After(5 * time.Second):
+		t.Errorf("fn's ctx of the older holder ended (%v) without guard's OnLost", cause)
+	}
+	// The older holder's renewal has run; the newer holder, its claim still
+	// waiting for the older transaction, holds the lock.
+	pttl, perr := lg.rdb.PTTL(ctx, names.Lock).Result()
+	v, verr := lg.rdb.Get(ctx, names.Lock).Result()
+	resumeOnce()
+	tok, _, _ := strings.Cut(v, "|")
+	t.Logf("older holder (token %d) told of the loss %v after the newer holder's grant (token %d): %v; lock then %q, pttl %v",
+		old.token, l.at.Sub(time.Unix(0, newerAt.Load())).Round(time.Millisecond), newerToken.Load(), cause, v, pttl)
+	switch {
+	case !errors.Is(cause, guard.ErrLockLost):
+		t.Errorf("the older holder's fn ctx ended with %v, want ErrLockLost", cause)
+	case l.token != old.token:
+		t.Errorf("OnLost reported token %d, want the older holder's %d", l.token, old.token)
+	case newerAt.Load() == 0 || l.at.Before(time.Unix(0, newerAt.Load())):
+		t.Fatalf("the older holder learned of the loss before the newer holder was granted: the round did not test a renewal under a new holder")
+	case perr != nil || verr != nil:
+		t.Errorf("read the lock after the loss: %v %v", perr, verr)
+	case tok != strconv.FormatUint(newerToken.Load(), 10):
+		t.Errorf("lock %q after the older holder's renewal, want the newer holder's token %d", v, newerToken.Load())
+	case pttl > fastLocks.lease:
+		t.Errorf("the newer holder's lease is %v after the older holder's renewal, above its own %v", pttl, fastLocks.lease)
+	}
+	oldOp := awaitOp(t, oldRes, 20*time.Second, "older holder")
+	newOp := awaitOp(t, newRes, 20*time.Second, "newer holder")
+	if oldOp.Outcome != Failed {
+		t.Errorf("older holder, told of the loss inside fn: %s (%s), want failed (lock lost)", oldOp.Outcome, oldOp.Err)
+	}
+	if newOp.Outcome != Accepted || newOp.Token != newerToken.Load() {
+		t.Errorf("newer holder: %s (%s) under token %d, want accepted under %d", newOp.Outcome, newOp.Err, newOp.Token, newerToken.Load())
 	}
 }
 
@@ -112,6 +237,7 @@ func TestScenarioLostGrantInFn(t *testing.T) {
 			t.Errorf("round %d: newer holder: %s (%s), want accepted", round, newOp.Outcome, newOp.Err)
 		}
 	}
+	lg.learnsLoss(ctx, t)
 	lg.warm(ctx, t)
 	e.finish()
 }
@@ -185,6 +311,7 @@ func runLostGrantRetry(t *testing.T, lg *lostGrant, atEnd bool) {
 		default:
 		}
 	}
+	lg.learnsLoss(ctx, t)
 	lg.warm(ctx, t)
 	e.finish()
 }
