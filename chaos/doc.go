@@ -32,7 +32,8 @@
 //     moment it is granted the lock while its requests still arrive: its
 //     unlock hands the lock on, often to a buyer of its own Locker (whom a
 //     release tells itself rather than over pub/sub), without hearing
-//     back. Once the replies flow again the queue must move on.
+//     back. Once the replies flow again the queue must move on, and no
+//     buy may be fenced (a fenced buy means two holders of one turn).
 //   - db-latency (scenario_latency_test.go): one client's database traffic
 //     is slowed, then held back while its lock is lost and another holder
 //     commits; the held statements must not apply when released.
@@ -81,6 +82,12 @@
 //   - lost-grant-retry-handoff (scenario_lostgrant_test.go): the same with
 //     the defaults, whose retry takes a new turn and token: it may commit,
 //     but only under a token above the newer holder's.
+//
+// Each lost-grant scenario ends with a round in which the older holder,
+// still inside fn, must learn at its next renewal, while the newer holder
+// holds the lock, that it lost it (guard's OnLost, fn's ctx ended with
+// ErrLockLost), and must leave the newer holder's lock and lease as they
+// are.
 //   - token-replay (scenario_replay_test.go): a clone of the holder
 //     ([ReplayBuy]) claims with the holder's token under an owner of its
 //     own, under load, either while the holder is inside fn or before the
@@ -99,6 +106,14 @@
 //   - batched-handoff (scenario_batch_test.go): as batched, with Guards on
 //     the defaults, whose batches hand the lock on at their claim and chain
 //     their transactions to the next batch.
+//   - batch-commit-cut (scenario_batchcommit_test.go): a batching process
+//     (guard.HandOffAtEnd, no relaying) whose batches' COMMITs are cut,
+//     alternately before the server (nothing applied: no member may get
+//     nil) and after it applied with the reply lost (no member may be told
+//     it did not commit); each member must get its batch's true outcome.
+//   - batch-commit-cut-handoff (scenario_batchcommit_test.go): the same
+//     with the defaults; an unknown outcome is allowed, a wrong definite
+//     one is not.
 //   - unseen-end (scenario_unseenend_test.go): careless fns under load on
 //     the defaults, while the lock's Redis keys are deleted under their
 //     holders: some end their transaction with statements Tx does not read
