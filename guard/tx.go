@@ -168,9 +168,9 @@ type txState struct {
 // is refused without touching the connection (database/sql checks ctx
 // first), and the batch undoes the member's work alone. done releases
 // what the ctx holds.
-func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done func()) {
+func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done func(error) error) {
 	if t.batchCtx == nil || ctx.Err() != nil {
-		return ctx, func() {}
+		return ctx, func(err error) error { return err }
 	}
 	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(t.batchCtx, func() { cancel(context.Cause(t.batchCtx)) })
@@ -184,10 +184,17 @@ func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done fu
 			t.prepared.Unlock()
 		}
 	}
-	return c, func() {
+	return c, func(err error) error {
 		stopKill()
 		stop()
 		cancel(nil)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == erQueryInterrupted && ctx.Err() != nil {
+			// Ended because the member's ctx ended: say so, as the driver
+			// would have.
+			return fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+		return err
 	}
 }
 
@@ -315,8 +322,8 @@ func statementOnly(n uint16) bool {
 		1048, 1364, // ER_BAD_NULL_ERROR, ER_NO_DEFAULT_FOR_FIELD
 		1054, 1064, 1146, // ER_BAD_FIELD_ERROR, ER_PARSE_ERROR, ER_NO_SUCH_TABLE
 		erNoSuchSavepoint,
-		1317, // ER_QUERY_INTERRUPTED: KILL QUERY, a batch member that left (stmtCtx)
-		3572: // ER_LOCK_NOWAIT (MySQL; MariaDB reports NOWAIT as 1205, a lock wait timeout, which fails the attempt and is retried)
+		erQueryInterrupted, // KILL QUERY, a batch member that left (stmtCtx)
+		3572:               // ER_LOCK_NOWAIT (MySQL; MariaDB reports NOWAIT as 1205, a lock wait timeout, which fails the attempt and is retried)
 		return true
 	}
 	return false
@@ -356,6 +363,7 @@ func (t *Tx) confirm(ctx context.Context) error {
 const checkTimeout = 10 * time.Second
 
 const (
+	erQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
 	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
 	implicitCommitNote = "a statement in fn ended the fenced transaction"
 )
@@ -629,9 +637,9 @@ func refusedCtx(ctx context.Context) context.Context {
 }
 
 // ExecContext runs query in the transaction; see [Tx] for what is refused.
-func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (_ sql.Result, err error) {
 	ctx, done := t.stmtCtx(ctx, false)
-	defer done()
+	defer func() { err = done(err) }()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -742,9 +750,9 @@ func (t *Tx) QueryRowx(query string, args ...any) *sqlx.Row {
 }
 
 // GetContext scans one row of query into dest (see sqlx.GetContext).
-func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) (err error) {
 	ctx, done := t.stmtCtx(ctx, false)
-	defer done()
+	defer func() { err = done(err) }()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -761,9 +769,9 @@ func (t *Tx) Get(dest any, query string, args ...any) error {
 }
 
 // SelectContext scans the rows of query into dest (see sqlx.SelectContext).
-func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) (err error) {
 	ctx, done := t.stmtCtx(ctx, false)
-	defer done()
+	defer func() { err = done(err) }()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -781,9 +789,9 @@ func (t *Tx) Select(dest any, query string, args ...any) error {
 
 // NamedExecContext runs a query with named parameters (see
 // sqlx.NamedExecContext).
-func (t *Tx) NamedExecContext(ctx context.Context, query string, arg any) (sql.Result, error) {
+func (t *Tx) NamedExecContext(ctx context.Context, query string, arg any) (_ sql.Result, err error) {
 	ctx, done := t.stmtCtx(ctx, false)
-	defer done()
+	defer func() { err = done(err) }()
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,8 +36,13 @@ func TestRenewalAfterTakeover(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rdb := testenv.Redis(t)
 			ctx := testCtx(t)
-			var lost atomic.Value // token reported by OnLost
-			olderL := newTestLocker(t, rdb, &Options{OnLost: func(_ string, token uint64, _ error) { lost.Store(token) }})
+			lost := make(chan uint64, 1) // token reported by OnLost, called after Done closes
+			olderL := newTestLocker(t, rdb, &Options{OnLost: func(_ string, token uint64, _ error) {
+				select {
+				case lost <- token:
+				default:
+				}
+			}})
 			newerL := olderL
 			if !c.oneLocker {
 				newerL = newTestLocker(t, rdb, &Options{Prefix: olderL.opt.Prefix})
@@ -68,8 +72,13 @@ func TestRenewalAfterTakeover(t *testing.T) {
 			if !errors.Is(older.Err(), ErrLost) {
 				t.Fatalf("older holder's Err = %v, want ErrLost", older.Err())
 			}
-			if tok, _ := lost.Load().(uint64); tok != older.Token() {
-				t.Fatalf("OnLost reported token %d, want the older holder's %d", tok, older.Token())
+			select {
+			case tok := <-lost:
+				if tok != older.Token() {
+					t.Fatalf("OnLost reported token %d, want the older holder's %d", tok, older.Token())
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("OnLost not called within 5s of Done")
 			}
 			if pttl > c.newerLease {
 				t.Fatalf("the new holder's lease is %v after the older holder's renewal, above its own %v", pttl, c.newerLease)
