@@ -97,8 +97,10 @@ type Tx struct {
 	attempt  int
 
 	// txState is the transaction's, shared by the Tx of every member of a
-	// batch (see forMember).
+	// batch (see forMember). A Tx made outside Do (&Tx{Tx: tx}, as in tests
+	// of fn) gets its own on first use (init).
 	*txState
+	initOnce sync.Once
 
 	// ended is set when Do is done with this Tx: when fn returns (for a
 	// batch member, its own fn), and before the transaction commits or
@@ -169,6 +171,7 @@ type txState struct {
 // first), and the batch undoes the member's work alone. done releases
 // what the ctx holds.
 func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done func(error) error) {
+	t.init()
 	if t.batchCtx == nil || ctx.Err() != nil {
 		return ctx, func(err error) error { return err }
 	}
@@ -196,6 +199,15 @@ func (t *Tx) stmtCtx(ctx context.Context, rows bool) (_ context.Context, done fu
 		}
 		return err
 	}
+}
+
+// init gives a Tx made outside Do its state.
+func (t *Tx) init() {
+	t.initOnce.Do(func() {
+		if t.txState == nil {
+			t.txState = &txState{}
+		}
+	})
 }
 
 // newTx returns the Tx of an attempt's transaction stx.
@@ -296,6 +308,7 @@ func (t *Tx) observe(err error) error {
 	if err == nil {
 		return nil
 	}
+	t.init()
 	// A deadlock or a lost connection rolled the transaction back; a lock
 	// wait timeout rolled back the statement (or, with
 	// innodb_rollback_on_timeout, the transaction). Either way statements
@@ -372,6 +385,7 @@ const (
 // statement must not run, and whether the statement is opaque and must be
 // checked afterwards.
 func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) {
+	t.init()
 	if t.ended.Load() {
 		return false, fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
 	}
@@ -890,6 +904,7 @@ func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
 // that it fails when used instead of running in the next caller's relayed
 // transaction.
 func bindStmt[S io.Closer](t *Tx, ctx context.Context, bind func(context.Context) S) S {
+	t.init()
 	if t.ended.Load() {
 		return bind(refusedCtx(ctx))
 	}
