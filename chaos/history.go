@@ -38,9 +38,13 @@ const (
 	Unknown
 	// Ok: a read returned a value.
 	Ok
+	// Applied: the caller could not tell (Unknown), but the database shows
+	// that the buy committed; set by ResolveUnknown for the linearizability
+	// check only, never by a client.
+	Applied
 )
 
-var outcomeNames = [...]string{"accepted", "soldout", "fenced", "failed", "unknown", "ok"}
+var outcomeNames = [...]string{"accepted", "soldout", "fenced", "failed", "unknown", "ok", "applied"}
 
 // String names the outcome as it appears in summaries and visualisations.
 func (o Outcome) String() string {

@@ -172,3 +172,39 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Unknown buys resolved by the orders the database holds: one with an order
+// takes effect (somewhere after its call), one without takes none, and a
+// read that disagrees with the resolved effects is caught.
+func TestResolveUnknown(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	ops := []Op{
+		{ID: "a", Client: 0, Kind: Buy, Qty: 1, Call: ms(0), Outcome: Unknown},
+		{ID: "b", Client: 1, Kind: Buy, Qty: 1, Call: ms(1), Outcome: Unknown},
+		{Client: 2, Kind: Read, Call: ms(20), Return: ms(21), Outcome: Ok, Stock: 2},
+	}
+	dir := t.TempDir()
+	resolved := ResolveUnknown(ops, map[string]bool{"a": true})
+	if resolved[0].Outcome != Applied || resolved[1].Outcome != Failed || ops[0].Outcome != Unknown {
+		t.Fatalf("resolved outcomes %v %v (input left %v), want applied, failed and the input untouched",
+			resolved[0].Outcome, resolved[1].Outcome, ops[0].Outcome)
+	}
+	if res, err := CheckLinearizable(resolved, 3, 10*time.Second, dir, "resolved"); err != nil || !res.Linearizable {
+		t.Fatalf("one applied buy and a read of 2 rejected: %+v %v", res, err)
+	}
+	// Neither has an order: the read of 2 cannot be explained, which the
+	// unresolved history (either may have applied) would have allowed.
+	if res, err := CheckLinearizable(ops, 3, 10*time.Second, dir, "unresolved"); err != nil || !res.Linearizable {
+		t.Fatalf("the unresolved history was rejected: %+v %v", res, err)
+	}
+	none := ResolveUnknown(ops, map[string]bool{})
+	if res, _ := CheckLinearizable(none, 3, 10*time.Second, dir, "none"); res.Linearizable {
+		t.Fatal("a read of 2 with no buy applied was judged linearizable")
+	}
+	// Both applied: the stock can fall to 1, never to 0.
+	both := ResolveUnknown(ops, map[string]bool{"a": true, "b": true})
+	both[2].Stock = 0
+	if res, _ := CheckLinearizable(both, 3, 10*time.Second, dir, "both"); res.Linearizable {
+		t.Fatal("a read of 0 after two buys of 1 from 3 was judged linearizable")
+	}
+}

@@ -40,6 +40,11 @@ func inventoryModel(stock int) porcupine.Model {
 					return nil
 				case Fenced, Failed:
 					return []interface{}{s}
+				case Applied: // at any time after its call
+					if s >= op.Qty {
+						return []interface{}{s - op.Qty}
+					}
+					return nil
 				default: // Unknown: applied or not
 					if s >= op.Qty {
 						return []interface{}{s, s - op.Qty}
@@ -90,7 +95,7 @@ func CheckLinearizable(ops []Op, stock int, timeout time.Duration, artifactDir, 
 	hist := make([]porcupine.Operation, 0, len(ops))
 	for _, op := range ops {
 		ret := op.Return
-		if op.Kind == Buy && op.Outcome == Unknown {
+		if op.Kind == Buy && (op.Outcome == Unknown || op.Outcome == Applied) {
 			ret = end + time.Second
 		}
 		hist = append(hist, porcupine.Operation{

@@ -210,3 +210,26 @@ func lookupFence(ctx context.Context, db *sqlx.DB, item string) (fence.Fence, er
 	}
 	return fence.Fence{}, fmt.Errorf("%w: no fence row for %s among %q", fence.ErrNoFence, item, resources)
 }
+
+// ResolveUnknown returns ops with each buy of unknown outcome resolved by
+// the orders the database holds for it (ordered: the op ids of the orders):
+// Applied when it has one, Failed (no effect) when it has none. The
+// linearizability check then need not try every subset of the unknown buys
+// against the reads, which grows exponentially with their number; the
+// effect of an applied one may still fall anywhere after its call. Run it
+// only after VerifyDatabase has found no buy applied twice.
+func ResolveUnknown(ops []Op, ordered map[string]bool) []Op {
+	out := make([]Op, len(ops))
+	for i, op := range ops {
+		if op.Kind == Buy && op.Outcome == Unknown {
+			if ordered[op.ID] {
+				op.Outcome = Applied
+			} else {
+				op.Outcome = Failed
+				op.Return = op.Call // no effect: placed anywhere
+			}
+		}
+		out[i] = op
+	}
+	return out
+}
