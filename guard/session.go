@@ -81,7 +81,7 @@ func (e *notClaimingError) Unwrap() error { return e.err }
 
 // beginSession marks stx, just begun (or chained), as an attempt's
 // transaction; see the file comment. It returns the session's connection
-// id, for killStatement.
+// id, for killOnEnd.
 func beginSession(ctx context.Context, stx *sqlx.Tx) (connID uint64, err error) {
 	err = stx.QueryRowContext(ctx, sqlBeginSession).Scan(&connID)
 	var me *mysql.MySQLError

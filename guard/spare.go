@@ -75,12 +75,11 @@ func (o *openTxs) ended(key string) <-chan struct{} {
 // (see the file comment), or with ctx's cause when ctx ends first.
 func (g *Guard) awaitSpare(ctx context.Context, key string) error {
 	for {
-		limit := g.db.Stats().MaxOpenConnections
-		if limit <= 0 {
+		ended := g.open.ended(key) // nil, the common case, costs no pool statistics
+		if ended == nil {
 			return nil
 		}
-		ended := g.open.ended(key)
-		if ended == nil || g.db.Stats().InUse < limit-1 {
+		if s := g.db.Stats(); s.MaxOpenConnections <= 0 || s.InUse < s.MaxOpenConnections-1 {
 			return nil
 		}
 		select {

@@ -376,8 +376,8 @@ func (t *Tx) confirm(ctx context.Context) error {
 const checkTimeout = 10 * time.Second
 
 const (
-	erQueryInterrupted = 1317 // ER_QUERY_INTERRUPTED
-	erNoSuchSavepoint  = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT x does not exist"
+	erQueryInterrupted = 1317             // ER_QUERY_INTERRUPTED
+	erNoSuchSavepoint  = erSPDoesNotExist // "SAVEPOINT x does not exist"
 	implicitCommitNote = "a statement in fn ended the fenced transaction"
 )
 
