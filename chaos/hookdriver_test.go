@@ -53,7 +53,7 @@ func (c *hookConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 }
 
 func (c *hookConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if q := strings.TrimSpace(query); strings.EqualFold(q, "COMMIT") || strings.EqualFold(q, "CALL redfence_commit()") {
+	if q := strings.TrimSpace(query); strings.EqualFold(q, "COMMIT") || strings.HasPrefix(q, "CALL redfence_commit('") {
 		if f := c.hook.Load(); f != nil {
 			(*f)()
 		}

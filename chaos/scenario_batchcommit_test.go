@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -233,11 +234,8 @@ func isCommitPacket(p []byte) bool {
 	if len(p) < 5 || p[4] != 3 {
 		return false
 	}
-	switch string(p[5:]) {
-	case "COMMIT", "CALL redfence_commit()", "CALL redfence_commit_chain()":
-		return true
-	}
-	return false
+	q := string(p[5:])
+	return q == "COMMIT" || strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_chain('")
 }
 
 func (c *cutConn) Write(p []byte) (int, error) {

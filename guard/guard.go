@@ -31,6 +31,7 @@ type Guard struct {
 	batches batches   // callers combined per key (Options.MaxBatch)
 	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
 	open    openTxs   // keys whose transaction an attempt here has open (see spare.go)
+	mark    string    // the savepoint that marks this Guard's transactions (see session.go)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -43,7 +44,7 @@ type Guard struct {
 //
 // The tables Do needs are created by migrations.Apply.
 func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
-	g := &Guard{locker: locker, db: db}
+	g := &Guard{locker: locker, db: db, mark: newSessionMark()}
 	var o Options
 	if opt != nil {
 		o = *opt
@@ -581,7 +582,7 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 	case lg != nil && g.reserve(key, lg):
 		// Another caller of the key is under way here: commit and begin its
 		// transaction in one round trip, and pass that on.
-		if err = commitSession(ctx, stx, true); err != nil {
+		if err = commitSession(ctx, stx, true, g.mark); err != nil {
 			if end := g.rollbackGone(ctx, stx); errors.Is(err, errNotClaimingTx) {
 				err = &notClaimingError{err: err, end: end}
 			}
@@ -616,7 +617,7 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 // (awaitRelease). After a successful COMMIT, then (when not nil) runs once
 // the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
-	if err := commitSession(ctx, stx, false); err != nil {
+	if err := commitSession(ctx, stx, false, g.mark); err != nil {
 		end := g.rollbackGone(ctx, stx)
 		if errors.Is(err, errNotClaimingTx) {
 			return &notClaimingError{err: err, end: end}
@@ -669,7 +670,7 @@ func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (end ending) {
 	if ctx.Err() != nil {
 		return ending{}
 	}
-	end, _ = rollbackSession(ctx, stx)
+	end, _ = rollbackSession(ctx, stx, g.mark)
 	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
 	// sent on a connection closed above.
 	_ = stx.Rollback()

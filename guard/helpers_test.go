@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -217,9 +218,13 @@ func (c *faultConn) Close() error {
 
 func isCommit(p []byte) bool {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and
-	// the text; Do commits with CALL redfence_commit(), a relayed
-	// transaction with CALL redfence_commit_chain().
-	return len(p) >= 5 && p[4] == 3 && (string(p[5:]) == "CALL redfence_commit()" || string(p[5:]) == "CALL redfence_commit_chain()")
+	// the text; Do commits with CALL redfence_commit('<mark>'), a relayed
+	// transaction with CALL redfence_commit_chain('<mark>').
+	q := ""
+	if len(p) >= 5 && p[4] == 3 {
+		q = string(p[5:])
+	}
+	return strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_chain('")
 }
 
 func (c *faultConn) Write(p []byte) (int, error) {

@@ -235,7 +235,7 @@ func (g *Guard) giveBack(ctx context.Context, r *relay, l *leg) {
 	}
 	rctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
 	defer cancel()
-	_, _ = rollbackSession(rctx, l.tx)
+	_, _ = rollbackSession(rctx, l.tx, g.mark)
 	_ = l.tx.Rollback() // releases the sql.Tx; nothing is sent on a closed connection
 	l.end()
 }
@@ -429,7 +429,7 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, c
 		g.open.enter(key)
 		return stx, lg, lg.connID, nil
 	}
-	if connID, err = beginSession(ctx, stx); err != nil {
+	if connID, err = beginSession(ctx, stx, g.mark); err != nil {
 		g.rollback(ctx, stx)
 		if lg != nil {
 			lg.end()

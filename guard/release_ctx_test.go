@@ -3,6 +3,7 @@ package guard_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func (c *silentAfterCommit) Write(p []byte) (int, error) {
 		close(c.silent)
 		return len(p), nil
 	}
-	c.sawCommit = q == "CALL redfence_commit()"
+	c.sawCommit = strings.HasPrefix(q, "CALL redfence_commit('")
 	return c.Conn.Write(p)
 }
 

@@ -8,7 +8,7 @@ package guard
 // Safety does not rest on recognising SQL text. Right after START
 // TRANSACTION, CALL redfence_begin() (migration 0002) turns autocommit off
 // and sets completion_type to RELEASE for the session, and marks the
-// transaction with the savepoint redfence_tx:
+// transaction with a savepoint whose name only the Guard knows:
 //   - whatever ends the transaction unseen (a deadlock's rollback reported
 //     only through rows.Err, an implicit commit by a statement form nobody
 //     listed, a procedure that commits), the statements fn sends after it
@@ -37,12 +37,20 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
+// The procedures take the name of the savepoint that marks the
+// transaction (sessionMark), which is the Guard's secret: fn cannot roll
+// back to it, make it again in a transaction of its own, or call the
+// procedures that do, since it does not know the name.
 const (
-	sqlBeginSession = "CALL redfence_begin()"
-	sqlCommit       = "CALL redfence_commit()"
-	sqlCommitChain  = "CALL redfence_commit_chain()"
-	sqlRollback     = "CALL redfence_rollback()"
+	sqlBeginSession = "CALL redfence_begin('%s')"
+	sqlCommit       = "CALL redfence_commit('%s')"
+	sqlCommitChain  = "CALL redfence_commit_chain('%s')"
+	sqlRollback     = "CALL redfence_rollback('%s')"
 )
+
+// newSessionMark returns a savepoint name for a Guard: random, so that no
+// statement of fn names it by chance or by design.
+func newSessionMark() string { return "redfence_" + newOpID() }
 
 // erSPDoesNotExist is ER_SP_DOES_NOT_EXIST: a savepoint (or a procedure)
 // that does not exist.
@@ -82,8 +90,8 @@ func (e *notClaimingError) Unwrap() error { return e.err }
 // beginSession marks stx, just begun (or chained), as an attempt's
 // transaction; see the file comment. It returns the session's connection
 // id, for killOnEnd.
-func beginSession(ctx context.Context, stx *sqlx.Tx) (connID uint64, err error) {
-	err = stx.QueryRowContext(ctx, sqlBeginSession).Scan(&connID)
+func beginSession(ctx context.Context, stx *sqlx.Tx, mark string) (connID uint64, err error) {
+	err = stx.QueryRowContext(ctx, fmt.Sprintf(sqlBeginSession, mark)).Scan(&connID)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
 		return 0, fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
@@ -130,12 +138,12 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 // marked. A refusal because it is not comes back as an error wrapping
 // errNotClaimingTx, with nothing committed; the session is still in the
 // state beginSession set, for rollbackSession to restore.
-func commitSession(ctx context.Context, stx *sqlx.Tx, chain bool) error {
+func commitSession(ctx context.Context, stx *sqlx.Tx, chain bool, mark string) error {
 	q := sqlCommit
 	if chain {
 		q = sqlCommitChain
 	}
-	_, err := stx.ExecContext(ctx, q)
+	_, err := stx.ExecContext(ctx, fmt.Sprintf(q, mark))
 	if notClaimingTx(err) {
 		return fmt.Errorf("%w: %w", errNotClaimingTx, err)
 	}
@@ -150,9 +158,9 @@ func notClaimingTx(err error) bool {
 
 // rollbackSession rolls stx back and restores the session, and reports
 // what it found (see ending).
-func rollbackSession(ctx context.Context, stx *sqlx.Tx) (ending, error) {
+func rollbackSession(ctx context.Context, stx *sqlx.Tx, mark string) (ending, error) {
 	var gone, autocommit int
-	err := stx.QueryRowContext(ctx, sqlRollback).Scan(&gone, &autocommit)
+	err := stx.QueryRowContext(ctx, fmt.Sprintf(sqlRollback, mark)).Scan(&gone, &autocommit)
 	if err != nil {
 		return ending{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,7 +115,7 @@ type cutConn struct {
 // isCommit reports whether b is a COM_QUERY packet carrying guard's commit
 // (CALL redfence_commit()) or a plain COMMIT.
 func isCommit(b []byte) bool {
-	return len(b) > 5 && b[4] == 0x03 && (string(b[5:]) == "COMMIT" || string(b[5:]) == "CALL redfence_commit()")
+	return len(b) > 5 && b[4] == 0x03 && (string(b[5:]) == "COMMIT" || strings.HasPrefix(string(b[5:]), "CALL redfence_commit('"))
 }
 
 func (cc *cutConn) Write(b []byte) (int, error) {
