@@ -15,9 +15,9 @@ import (
 // session variables cannot make the COMMIT fail after it committed.
 func TestFnCannotForgeTheTransactionMark(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		stmts  []string // through the embedded *sqlx.Tx, errors ignored
-		want   error    // nil: Do commits, with the claim
+		name  string
+		stmts []string // through the embedded *sqlx.Tx, errors ignored
+		want  error    // nil: Do commits, with the claim
 	}{
 		{name: "rollback-to-a-guessed-mark", stmts: []string{"ROLLBACK TO SAVEPOINT redfence_tx"}},
 		{name: "session-variable-cleared", stmts: []string{"SET @redfence_session = NULL"}},
