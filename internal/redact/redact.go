@@ -63,10 +63,19 @@ func Text(s string, settings ...string) string {
 	return mask(s, passwords(settings))
 }
 
+// minBare is the length from which a password is masked wherever it
+// appears, not only between ':' and '@': a shorter one would mask ordinary
+// text (a password "1" would hide every digit 1).
+const minBare = 4
+
 // mask replaces each of passwords framed by ':' and '@' in s, as it is and
 // as %q quotes it.
 func mask(s string, passwords []string) string {
 	for _, p := range passwords {
+		if len(p) >= minBare {
+			// Wherever it stands: an error may quote it alone.
+			s = strings.ReplaceAll(s, p, Mask)
+		}
 		s = strings.ReplaceAll(s, ":"+p+"@", ":"+Mask+"@")
 		if q := strconv.Quote(p); q[1:len(q)-1] != p {
 			s = strings.ReplaceAll(s, ":"+q[1:len(q)-1]+"@", ":"+Mask+"@")

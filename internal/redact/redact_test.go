@@ -80,6 +80,10 @@ func TestText(t *testing.T) {
 	if !strings.Contains(got, ":***@127.0.0.1:abc") || !strings.Contains(got, `app:***@tcp(h:1)`) {
 		t.Fatalf("Text = %q", got)
 	}
+	// A password quoted alone is masked too.
+	if got := Text(`auth failed for "s3cret"`, addr); got != `auth failed for "***"` {
+		t.Fatalf("Text with a password quoted alone = %q", got)
+	}
 	// A one-letter password masks only itself.
 	if got := Text("a:b@h and a:b", "redis://a:b@h"); got != "a:***@h and a:b" {
 		t.Fatalf("Text with a short password = %q", got)
