@@ -343,7 +343,6 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	defer g.open.leave(key)
 	tx := newTx(stx, key, resource, r.token, r.owner, n)
-	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	defer tx.finish()
 	finished := false
@@ -352,9 +351,11 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 			g.rollback(ctx, stx)
 		}
 	}()
-	stopKill := g.killOnEnd(lctx, connID, settleGrace, false)
-	err = fence.ClaimExisting(lctx, stx, resource, r.token, tx.owner, tx.opID)
-	stopKill()
+	connID, err = g.claimSession(lctx, stx, tx, connID)
+	if lg != nil {
+		lg.connID = connID
+	}
+	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	if err != nil {
 		if errors.Is(err, fence.ErrStale) {
 			finished = true

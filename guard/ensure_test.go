@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -118,10 +119,30 @@ func (c *loggedConn) Write(p []byte) (int, error) {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
 	if len(p) >= 5 && p[4] == 3 {
 		c.l.mu.Lock()
-		c.l.qs = append(c.l.qs, string(p[5:]))
+		q := string(p[5:])
+		c.l.qs = append(c.l.qs, q)
+		if claim, ok := claimInCall(q); ok {
+			c.l.qs = append(c.l.qs, claim)
+		}
 		c.l.mu.Unlock()
 	}
 	return c.Conn.Write(p)
+}
+
+// claimInCall returns the claim statement that q, a CALL
+// redfence_begin_claim(mark, X'<claim in hexadecimal>'), carries.
+func claimInCall(q string) (string, bool) {
+	const call = "CALL redfence_begin_claim("
+	if !strings.HasPrefix(q, call) {
+		return "", false
+	}
+	i := strings.Index(q, "X'")
+	j := strings.LastIndex(q, "'")
+	if i < 0 || j <= i+2 {
+		return "", false
+	}
+	b, err := hex.DecodeString(q[i+2 : j])
+	return string(b), err == nil
 }
 
 // The first Do on a key ever finds no fence row: its claim creates none,

@@ -457,16 +457,12 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		}
 	}()
 
-	var claimErr error
-	stopKill := g.killOnEnd(lctx, connID, settleGrace, false)
-	if token == 0 {
-		// Database mode: the claim mints the token.
-		tx.token, claimErr = fence.ClaimNextExisting(lctx, stx, resource, tx.owner, tx.opID)
-		token = tx.token
-	} else {
-		claimErr = fence.ClaimExisting(lctx, stx, resource, token, tx.owner, tx.opID)
+	// In database mode (token 0) the claim mints the token.
+	connID, claimErr := g.claimSession(lctx, stx, tx, connID)
+	token = tx.token
+	if lg != nil {
+		lg.connID = connID
 	}
-	stopKill()
 	switch {
 	case claimErr == nil:
 	case errors.Is(claimErr, fence.ErrNoFence):

@@ -409,7 +409,10 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 
 // begin begins an attempt's transaction on key: unless Options.NoRelay,
 // a leg (see takeLeg), which lg returns and the caller must end unless it
-// passes it on; otherwise a transaction of the pool, bound to ctx.
+// passes it on; otherwise a transaction of the pool, bound to ctx. connID
+// is the session's connection id when the transaction is already marked
+// (a leg chained by redfence_commit_chain), and 0 when claimSession is to
+// mark it.
 func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, connID uint64, err error) {
 	if !g.relaying() {
 		if err = g.awaitSpare(ctx, key); err != nil {
@@ -423,21 +426,10 @@ func (g *Guard) begin(ctx context.Context, key string) (stx *sqlx.Tx, lg *leg, c
 			return nil, nil, 0, err
 		}
 		stx = lg.tx
-	}
-	if lg != nil && lg.marked {
-		lg.marked = false // for this attempt only
-		g.open.enter(key)
-		return stx, lg, lg.connID, nil
-	}
-	if connID, err = beginSession(ctx, stx, g.mark); err != nil {
-		g.rollback(ctx, stx)
-		if lg != nil {
-			lg.end()
+		if lg.marked {
+			lg.marked = false // for this attempt only
+			connID = lg.connID
 		}
-		return nil, nil, 0, err
-	}
-	if lg != nil {
-		lg.connID = connID
 	}
 	g.open.enter(key)
 	return stx, lg, connID, nil

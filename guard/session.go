@@ -2,13 +2,14 @@ package guard
 
 // session.go owns the session state a fenced transaction runs in, and the
 // proof that the transaction Do commits is the one that claimed. It sends
-// the three statements that begin, commit and roll back an attempt's
+// the statements that begin (with the claim), commit and roll back an attempt's
 // transaction; it decides nothing about retries or outcomes.
 //
-// Safety does not rest on recognising SQL text. Right after START
-// TRANSACTION, CALL redfence_begin() (migration 0002) turns autocommit off
-// and sets completion_type to RELEASE for the session, and marks the
-// transaction with a savepoint whose name only the Guard knows:
+// Safety does not rest on recognising SQL text. The first statement after
+// START TRANSACTION, CALL redfence_begin_claim() (migrations 0002 and 0007),
+// turns autocommit off and sets completion_type to RELEASE for the session,
+// marks the transaction with a savepoint whose name only the Guard knows,
+// and then runs the claim, all in one round trip:
 //   - whatever ends the transaction unseen (a deadlock's rollback reported
 //     only through rows.Err, an implicit commit by a statement form nobody
 //     listed, a procedure that commits), the statements fn sends after it
@@ -27,6 +28,8 @@ package guard
 
 import (
 	"context"
+	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,6 +38,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/redfence/redfence/fence"
 )
 
 // The procedures take the name of the savepoint that marks the
@@ -42,10 +47,10 @@ import (
 // back to it, make it again in a transaction of its own, or call the
 // procedures that do, since it does not know the name.
 const (
-	sqlBeginSession = "CALL redfence_begin('%s')"
-	sqlCommit       = "CALL redfence_commit('%s')"
-	sqlCommitChain  = "CALL redfence_commit_chain('%s')"
-	sqlRollback     = "CALL redfence_rollback('%s')"
+	sqlBeginClaim  = "CALL redfence_begin_claim('%s', X'%s')"
+	sqlCommit      = "CALL redfence_commit('%s')"
+	sqlCommitChain = "CALL redfence_commit_chain('%s')"
+	sqlRollback    = "CALL redfence_rollback('%s')"
 )
 
 // newSessionMark returns a savepoint name for a Guard: random, so that no
@@ -87,16 +92,83 @@ type notClaimingError struct {
 func (e *notClaimingError) Error() string { return e.err.Error() }
 func (e *notClaimingError) Unwrap() error { return e.err }
 
-// beginSession marks stx, just begun (or chained), as an attempt's
-// transaction; see the file comment. It returns the session's connection
-// id, for killOnEnd.
-func beginSession(ctx context.Context, stx *sqlx.Tx, mark string) (connID uint64, err error) {
-	err = stx.QueryRowContext(ctx, fmt.Sprintf(sqlBeginSession, mark)).Scan(&connID)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
-		return 0, fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
+// claimSession claims the fence row of tx's key in stx, the attempt's
+// transaction, with tx's token, or with a token the database mints when
+// tx's token is 0 (database mode; tx.Token is then set). connID is the
+// session's connection id when the transaction is already marked (a relayed
+// transaction chained by redfence_commit_chain), or 0: then the claim rides
+// with the mark, in one CALL redfence_begin_claim() (migration 0007), which
+// answers the connection id. It returns the connection id, for killOnEnd.
+// While the claim waits for the fence row, the end of lctx ends it on the
+// server (see killOnEnd).
+func (g *Guard) claimSession(lctx context.Context, stx *sqlx.Tx, tx *Tx, connID uint64) (uint64, error) {
+	var q fence.Querier = stx
+	var stop func()
+	var bc *beginClaim
+	if connID != 0 {
+		stop = g.killOnEnd(lctx, connID, settleGrace, false)
+	} else {
+		bc = &beginClaim{stx: stx, mark: g.mark}
+		q = bc
+		stop = g.killClaimOnEnd(lctx, tx.opID, settleGrace)
+	}
+	var err error
+	if tx.token == 0 {
+		tx.token, err = fence.ClaimNextExisting(lctx, q, tx.resource, tx.owner, tx.opID)
+	} else {
+		err = fence.ClaimExisting(lctx, q, tx.resource, tx.token, tx.owner, tx.opID)
+	}
+	stop()
+	if bc != nil {
+		connID = bc.connID
 	}
 	return connID, err
+}
+
+// beginClaim is the fence.Querier a claim goes through when it rides with
+// the mark: its first ExecContext sends the claim statement fence built as
+// the argument of CALL redfence_begin_claim(), and answers the procedure's
+// LAST_INSERT_ID as the result's LastInsertId, which is where fence reads
+// the claim's outcome. Everything else goes to the transaction as it is.
+type beginClaim struct {
+	stx    *sqlx.Tx
+	mark   string
+	sent   bool
+	connID uint64
+}
+
+func (b *beginClaim) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if b.sent || len(args) > 0 {
+		return b.stx.ExecContext(ctx, query, args...)
+	}
+	b.sent = true
+	var id uint64
+	// The statement goes as a hexadecimal literal, which nothing in it can
+	// escape whatever the session's character set or SQL mode.
+	call := fmt.Sprintf(sqlBeginClaim, b.mark, hex.EncodeToString([]byte(query)))
+	err := b.stx.QueryRowContext(ctx, call).Scan(&b.connID, &id)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
+		return nil, fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return claimResult(id), nil
+}
+
+func (b *beginClaim) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return b.stx.QueryRowContext(ctx, query, args...)
+}
+
+// claimResult is the result of a claim sent through beginClaim: its
+// LAST_INSERT_ID, with the bits of an unsigned 64-bit integer, as the
+// driver hands over an OK packet's.
+type claimResult uint64
+
+func (r claimResult) LastInsertId() (int64, error) { return int64(r), nil }
+func (r claimResult) RowsAffected() (int64, error) {
+	return 0, errors.New("guard: a claim's affected rows are not reported")
 }
 
 // killOnEnd makes the end of ctx end the server thread of connection
@@ -117,12 +189,43 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 	if query {
 		kill = "KILL QUERY "
 	}
+	return onEnd(ctx, timeout, func(kctx context.Context) {
+		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
+	})
+}
+
+// killClaimOnEnd is killOnEnd for a claim sent before its session's
+// connection id is known (see claimSession): the end of ctx ends the server
+// thread whose running statement holds opID, the attempt's operation id,
+// which only its claim holds. The thread shows either the claim statement
+// (opID in hexadecimal) or the CALL around it (that text in hexadecimal
+// once more). A server thread of the same user can see it without the
+// PROCESS privilege.
+func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
+	inner := hex.EncodeToString([]byte(opID))
+	outer := hex.EncodeToString([]byte(inner))
+	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
+		" AND (INFO LIKE '%" + inner + "%' OR INFO LIKE '%" + outer + "%')"
+	return onEnd(ctx, timeout, func(kctx context.Context) {
+		var ids []uint64
+		if err := g.db.SelectContext(kctx, &ids, find); err != nil {
+			return
+		}
+		for _, id := range ids {
+			_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(id, 10))
+		}
+	})
+}
+
+// onEnd runs kill when ctx ends, on a ctx of its own bounded by timeout,
+// until stop is called. stop returns once a kill under way has ended.
+func onEnd(ctx context.Context, timeout time.Duration, kill func(context.Context)) (stop func()) {
 	done := make(chan struct{})
 	after := context.AfterFunc(ctx, func() {
 		defer close(done)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
+		kill(kctx)
 	})
 	var once sync.Once
 	return func() {

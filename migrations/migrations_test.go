@@ -233,3 +233,47 @@ func TestFilesArePairsOfSingleStatements(t *testing.T) {
 		}
 	}
 }
+
+// TestBeginClaimRunsWithTheCallersPrivileges: redfence_begin_claim runs the
+// statement it is given, so it must run it with the privileges of whoever
+// calls it: a user allowed to execute the procedure but not to update the
+// fence table is refused the update, however the procedure was created.
+func TestBeginClaimRunsWithTheCallersPrivileges(t *testing.T) {
+	db, dsn := testenv.MySQLWithDSN(t)
+	ctx := ctxT(t)
+	if err := migrations.Apply(ctx, db.DB); err != nil {
+		t.Fatal(err)
+	}
+	testenv.MustExec(t, db, "INSERT INTO redfence_fences (resource, token) VALUES ('r', 7)")
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := fmt.Sprintf("rf_invoker_%d", time.Now().UnixNano()%1e9)
+	testenv.MustExec(t, db, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+	t.Cleanup(func() { _, _ = db.Exec("DROP USER '" + user + "'@'%'") })
+	testenv.MustExec(t, db, "GRANT EXECUTE ON PROCEDURE `"+cfg.DBName+"`.redfence_begin_claim TO '"+user+"'@'%'")
+	testenv.MustExec(t, db, "GRANT SELECT ON `"+cfg.DBName+"`.redfence_fences TO '"+user+"'@'%'")
+
+	cfg.User, cfg.Passwd = user, "pw"
+	limited, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limited.Close()
+	tx, err := limited.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var conn, id uint64
+	err = tx.QueryRowContext(ctx, "CALL redfence_begin_claim('sp', 'UPDATE redfence_fences SET token = LAST_INSERT_ID(99)')").Scan(&conn, &id)
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1142 {
+		t.Fatalf("update through the procedure by a user without UPDATE: %v, want error 1142 (command denied)", err)
+	}
+	var token uint64
+	if err := db.QueryRow("SELECT token FROM redfence_fences WHERE resource = 'r'").Scan(&token); err != nil || token != 7 {
+		t.Fatalf("token %d (%v), want 7 unchanged", token, err)
+	}
+}
