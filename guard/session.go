@@ -198,14 +198,15 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 // connection id is known (see claimSession): the end of ctx ends the server
 // thread whose running statement holds opID, the attempt's operation id,
 // which only its claim holds. The thread shows either the claim statement
-// (opID in hexadecimal) or the CALL around it (that text in hexadecimal
-// once more). A server thread of the same user can see it without the
+// (an UPDATE of the fence table with opID in hexadecimal) or the CALL
+// around it (that text in hexadecimal once more). A server thread of the same user can see it without the
 // PROCESS privilege.
 func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
 	inner := hex.EncodeToString([]byte(opID))
 	outer := hex.EncodeToString([]byte(inner))
 	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
-		" AND (INFO LIKE '%" + inner + "%' OR INFO LIKE '%" + outer + "%')"
+		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
+		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%')"
 	return onEnd(ctx, timeout, func(kctx context.Context) {
 		var ids []uint64
 		if err := g.db.SelectContext(kctx, &ids, find); err != nil {
