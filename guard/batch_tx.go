@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/internal/errs"
 	"github.com/redfence/redfence/redislock"
 )
@@ -309,69 +308,35 @@ func (r *batchRun) attempts(first int) (again int) {
 	}
 }
 
+// batchSteps records the steps of an attempt for the members of a batch
+// still waiting.
+type batchSteps struct {
+	r  *batchRun
+	ms []*member
+}
+
+func (b batchSteps) now() time.Time { return time.Now() }
+func (b batchSteps) step(kind StepKind, _ uint64, attempt int, start time.Time, err error) {
+	b.r.step(b.ms, kind, attempt, start, err)
+}
+
 // attempt runs one transaction for the members still waiting. err, when
 // not nil, is the result of all of them (or, with retry, the failure to
 // retry); results of single members are settled on the way.
 func (r *batchRun) attempt(n int) (retry bool, err error) {
-	g, key, ctx, lctx := r.g, r.b.key, r.ctx, r.lctx
+	g, ctx, lctx := r.g, r.ctx, r.lctx
 	open := r.open()
 	if len(open) == 0 {
 		return false, nil
 	}
-	cstart := r.claimStart
-	claimed := false
-	defer func() {
-		if !claimed {
-			r.step(open, StepClaim, n, cstart, err)
-		}
-	}()
-	if lctx.Err() != nil {
-		return false, g.lostOr(lctx, context.Cause(lctx))
+	st := batchSteps{r: r, ms: open}
+	h := holding{key: r.b.key, token: r.token, owner: r.owner, claimStart: r.claimStart}
+	a, retry, err := g.claim(ctx, lctx, h, n, st)
+	if a == nil {
+		return retry, err
 	}
-	resource := g.resource(key)
-	// Bound to the batch's ctx, not to lctx: a lock lost after some members'
-	// fn returned must not roll back a commit that is safe to make.
-	stx, lg, connID, err := g.begin(ctx, key)
-	kept := false // lg is taken care of
-	defer func() {
-		if lg != nil && !kept {
-			lg.end()
-		}
-	}()
-	if err != nil {
-		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
-	}
-	defer g.open.leave(key)
-	tx := newTx(stx, key, resource, r.token, r.owner, n)
-	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
-	defer tx.finish()
-	finished := false
-	defer func() {
-		if !finished {
-			g.rollback(ctx, stx)
-		}
-	}()
-	connID, err = g.claimSession(lctx, stx, tx, connID)
-	if lg != nil {
-		lg.connID = connID
-	}
-	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
-	if err != nil {
-		if errors.Is(err, fence.ErrStale) {
-			finished = true
-			g.rollback(ctx, stx)
-			return false, g.fenced(ctx, key, r.token, err)
-		}
-		if errors.Is(err, fence.ErrNoFence) {
-			claimed = true // not a failed claim: see noFenceRow
-			return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
-		}
-		err = g.lostOr(lctx, err)
-		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
-	}
-	claimed = true
-	r.step(open, StepClaim, n, cstart, nil)
-
+	defer a.close()
+	tx := a.tx
 	fctx := lctx
 	if r.ho != nil && !r.ho.handed() {
 		// As for one caller (see Guard.attempt): the fence row's lock keeps
@@ -386,40 +351,14 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		fctx = c
 	}
 	ran, failed, causer := r.turns(open, tx, n, fctx)
-	if r.rerun {
-		finished = true
-		g.rollback(ctx, stx)
+	switch {
+	case r.rerun:
+		a.rollback()
 		r.unran(open)
 		r.careful = true
 		return false, nil
-	}
-	if failed != nil {
-		finished = true
-		if failed.retry {
-			retry, rolledBack, perr := g.retryable(ctx, stx, tx, failed.err)
-			if !rolledBack {
-				g.rollback(ctx, stx)
-			}
-			if perr != nil {
-				// The claiming transaction committed (or may have) before
-				// the failure: never run again.
-				for _, m := range open {
-					if contains(ran, m) {
-						r.settle(m, perr)
-					} else {
-						r.settle(m, fmt.Errorf("%w: %q: another call of the batch failed the transaction: %v", ErrNotCommitted, key, perr))
-					}
-				}
-				return false, nil
-			}
-			// The server rolled the transaction back: every member with
-			// work in it runs again.
-			r.unran(open)
-			return retry && lctx.Err() == nil, g.lostOr(lctx, failed.err)
-		}
-		g.rollback(ctx, stx)
-		r.failBatch(open, ran, causer, failed.err)
-		return false, nil
+	case failed != nil:
+		return r.failed(a, open, ran, causer, failed)
 	}
 	if lctx.Err() != nil {
 		// Members the lost lock kept from running get the loss; the work of
@@ -433,13 +372,10 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		}
 	}
 	if len(ran) == 0 {
-		finished = true
-		g.rollback(ctx, stx)
 		return false, nil
 	}
 	if err := tx.verify(ctx); err != nil {
-		finished = true
-		g.rollback(ctx, stx)
+		a.rollback()
 		f := tx.failure()
 		if f != nil && f.retry {
 			r.unran(open) // rolled back: every member with work in it runs again
@@ -450,32 +386,46 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 		}
 		return false, g.lostOr(lctx, err)
 	}
-	if g.beforeCommit != nil {
-		g.beforeCommit(ctx, tx)
+	retry, err = a.commit(r.acquired, &r.released, batchSteps{r: r, ms: ran})
+	if err != nil && retry {
+		r.unran(open)
+		return true, err
 	}
-	tx.finish()
-	finished = true
-	mstart := time.Now()
-	var cerr error
-	kept, cerr = g.commitLeg(ctx, key, stx, lg, &r.released)
-	if cerr != nil {
-		retry, err := g.commitFailed(ctx, tx, r.acquired, cerr)
-		r.step(ran, StepCommit, n, mstart, err)
-		if retry {
-			r.unran(open)
-			return true, err
-		}
-		for _, m := range ran {
-			r.settle(m, err)
+	for _, m := range ran {
+		r.settle(m, err)
+	}
+	return false, nil
+}
+
+// failed ends an attempt whose transaction failed in a member's turn
+// (failed): rolled back by the server and retryable, every member with
+// work in it runs again; otherwise the members are settled (see failBatch).
+func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, failed *txFailure) (retry bool, err error) {
+	g, ctx, lctx := r.g, r.ctx, r.lctx
+	if !failed.retry {
+		a.rollback()
+		r.failBatch(open, ran, causer, failed.err)
+		return false, nil
+	}
+	retry, rolledBack, perr := g.retryable(ctx, a.stx, a.tx, failed.err)
+	a.finished = a.finished || rolledBack
+	a.rollback()
+	if perr != nil {
+		// The claiming transaction committed (or may have) before the
+		// failure: never run again.
+		for _, m := range open {
+			if contains(ran, m) {
+				r.settle(m, perr)
+			} else {
+				r.settle(m, fmt.Errorf("%w: %q: another call of the batch failed the transaction: %v", ErrNotCommitted, r.b.key, perr))
+			}
 		}
 		return false, nil
 	}
-	r.step(ran, StepCommit, n, mstart, nil)
-	g.committed(ctx, tx, r.acquired)
-	for _, m := range ran {
-		r.settle(m, nil)
-	}
-	return false, nil
+	// The server rolled the transaction back: every member with work in it
+	// runs again.
+	r.unran(open)
+	return retry && lctx.Err() == nil, g.lostOr(lctx, failed.err)
 }
 
 // turns hands tx to each member of open in order and returns those whose

@@ -421,65 +421,12 @@ func (g *Guard) unlock(ctx context.Context, lk *redislock.Lock) error {
 // wait for it; *released is closed when that is done.
 func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
-	key, token := h.key, h.token
-	resource := g.resource(key)
-	cstart := h.claimStart
-	claimed := false
-	defer func() {
-		if !claimed {
-			tr.step(StepClaim, token, n, cstart, err)
-		}
-	}()
-	if lctx.Err() != nil {
-		return false, g.lostOr(lctx, context.Cause(lctx))
+	a, retry, err := g.claim(ctx, lctx, h, n, tr)
+	if a == nil {
+		return retry, err
 	}
-	// The transaction is bound to the caller's ctx, not to lctx: a lock lost
-	// after fn returned must not roll back a commit that is safe to make.
-	stx, lg, connID, err := g.begin(ctx, key)
-	kept := false // lg is taken care of
-	defer func() {
-		if lg != nil && !kept {
-			lg.end()
-		}
-	}()
-	if err != nil {
-		return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
-	}
-	defer g.open.leave(key)
-	tx := newTx(stx, key, resource, token, h.owner, n)
-	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
-	defer tx.finish()
-	finished := false
-	defer func() {
-		if !finished {
-			// Runs on errors and panics alike.
-			g.rollback(ctx, stx)
-		}
-	}()
-
-	// In database mode (token 0) the claim mints the token.
-	connID, claimErr := g.claimSession(lctx, stx, tx, connID)
-	token = tx.token
-	if lg != nil {
-		lg.connID = connID
-	}
-	switch {
-	case claimErr == nil:
-	case errors.Is(claimErr, fence.ErrNoFence):
-		claimed = true // not a failed claim: see noFenceRow
-		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, claimErr)}
-	case errors.Is(claimErr, fence.ErrStale):
-		finished = true
-		g.rollback(ctx, stx)
-		return false, g.fenced(ctx, key, token, claimErr)
-	default:
-		claimErr = g.lostOr(lctx, claimErr)
-		return fence.Retryable(claimErr) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, claimErr)
-	}
-
-	claimed = true
-	tr.step(StepClaim, token, n, cstart, nil)
-
+	defer a.close()
+	tx := a.tx
 	fctx := lctx
 	if h.handOff != nil || h.dbMode() {
 		// From here the fence row's lock keeps the next holder out, so the
@@ -494,7 +441,47 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		tx.onFail = cancel
 		fctx = c
 	}
-	sctx := withScope(fctx, &scope{g: g, key: key, tx: tx})
+	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
+	if f := tx.failure(); f != nil {
+		// A statement of this transaction failed in a way that leaves the
+		// transaction unusable. Only such failures are retried: an error of
+		// fn's own making, or of another transaction (a nested Do on another
+		// key), is returned as it is, whatever its class.
+		switch {
+		case !f.retry:
+			return false, withStatementErr(f.err, ferr)
+		case ferr != nil && !errors.Is(ferr, f.err):
+			return false, g.lostOr(lctx, ferr)
+		default:
+			retry, rolledBack, perr := g.retryable(ctx, a.stx, tx, f.err)
+			a.finished = a.finished || rolledBack
+			if perr != nil {
+				return false, perr
+			}
+			return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
+		}
+	}
+	if ferr != nil {
+		return g.fnFailed(ctx, lctx, a, ferr)
+	}
+	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
+		f := tx.failure()
+		if f != nil && f.retry {
+			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		if f != nil {
+			return false, err // an outcome: a lost lock must not hide it
+		}
+		return false, g.lostOr(lctx, err)
+	}
+	return a.commit(acquired, released, tr)
+}
+
+// runFn runs fn in a's transaction with fctx, and returns its error, or
+// the transaction's failure when fn stopped because fctx ended with it.
+func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(context.Context, *Tx) error, tr *tracer) error {
+	tx := a.tx
+	sctx := withScope(fctx, &scope{g: g, key: tx.key, tx: tx})
 	fstart := tr.now()
 	ferr := fn(sctx, tx)
 	tx.settleAfterFn(ctx, ferr)
@@ -508,177 +495,24 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 		if f := tx.failure(); f != nil && serr == nil {
 			serr = f.err
 		}
-		tr.step(StepFn, token, n, fstart, serr)
+		tr.step(StepFn, tx.token, tx.attempt, fstart, serr)
 	}
-	if f := tx.failure(); f != nil {
-		// A statement of this transaction failed in a way that leaves the
-		// transaction unusable. Only such failures are retried: an error of
-		// fn's own making, or of another transaction (a nested Do on another
-		// key), is returned as it is, whatever its class.
-		switch {
-		case !f.retry:
-			return false, withStatementErr(f.err, ferr)
-		case ferr != nil && !errors.Is(ferr, f.err):
-			return false, g.lostOr(lctx, ferr)
-		default:
-			retry, rolledBack, perr := g.retryable(ctx, stx, tx, f.err)
-			finished = finished || rolledBack
-			if perr != nil {
-				return false, perr
-			}
-			return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
-		}
-	}
-	if ferr != nil {
-		finished = true
-		if end := g.rollbackGone(ctx, stx); end.gone {
-			retry, err := g.endedUnseen(ctx, tx, ferr, end)
-			return retry && lctx.Err() == nil, err
-		}
-		if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
-			return false, fmt.Errorf("%w (fn: %w)", cause, ferr)
-		}
-		return false, ferr
-	}
-	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
-		f := tx.failure()
-		if f != nil && f.retry {
-			return lctx.Err() == nil, g.lostOr(lctx, err)
-		}
-		if f != nil {
-			return false, err // an outcome: a lost lock must not hide it
-		}
-		return false, g.lostOr(lctx, err)
-	}
-
-	if g.beforeCommit != nil {
-		g.beforeCommit(ctx, tx)
-	}
-	tx.finish()
-	finished = true
-	mstart := tr.now()
-	var cerr error
-	kept, cerr = g.commitLeg(ctx, key, stx, lg, released)
-	if err := cerr; err != nil {
-		retry, err := g.commitFailed(ctx, tx, acquired, err)
-		tr.step(StepCommit, token, n, mstart, err)
-		return retry, err
-	}
-	tr.step(StepCommit, token, n, mstart, nil)
-	g.committed(ctx, tx, acquired)
-	return false, nil
+	return ferr
 }
 
-// commitLeg commits stx, the transaction of lg when lg is not nil
-// (relaying, unless Options.NoRelay). When another caller of key is under way here, it
-// commits with COMMIT AND CHAIN and passes the new transaction on. kept
-// reports that lg is taken care of: the caller must not end it.
-func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg, released *chan struct{}) (kept bool, err error) {
-	switch {
-	case lg != nil && g.reserve(key, lg):
-		// Another caller of the key is under way here: commit and begin its
-		// transaction in one round trip, and pass that on.
-		if err = commitSession(ctx, stx, true, g.mark); err != nil {
-			if end := g.rollbackGone(ctx, stx); errors.Is(err, errNotClaimingTx) {
-				err = &notClaimingError{err: err, end: end}
-			}
-			g.unreserve(key)
-			return false, err
-		}
-		lg.marked = true
-		if lg.unbind() {
-			g.passOn(ctx, key, lg, true)
-		} else {
-			lg.cancel() // ctx ended: database/sql rolls the new transaction back
-			g.unreserve(key)
-		}
-		return true, nil
-	case lg != nil:
-		if err = g.commit(ctx, stx, released, lg.end); err != nil {
-			lg.end()
-		}
-		return true, err
-	default:
-		return false, g.commit(ctx, stx, released, nil)
+// fnFailed rolls a back after fn returned ferr, and tells what it means:
+// fn's error, unless the claiming transaction had already ended unseen
+// (see endedUnseen) or the lock was lost meanwhile.
+func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (retry bool, err error) {
+	a.finished = true
+	if end := g.rollbackGone(ctx, a.stx); end.gone {
+		retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
+		return retry && lctx.Err() == nil, err
 	}
-}
-
-// commit commits stx, returning when ctx ends even if the server or the
-// network does not answer. The COMMIT is CALL redfence_commit() (see
-// session.go), a statement bound to ctx: when ctx ends first, the driver closes
-// the connection and the outcome is settled from the fence row. After a
-// successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
-// finds no transaction; that runs on a goroutine which closes *released, so
-// that Do can unlock meanwhile, and which Do waits for while its ctx lasts
-// (awaitRelease). After a successful COMMIT, then (when not nil) runs once
-// the sql.Tx is released.
-func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
-	if err := commitSession(ctx, stx, false, g.mark); err != nil {
-		end := g.rollbackGone(ctx, stx)
-		if errors.Is(err, errNotClaimingTx) {
-			return &notClaimingError{err: err, end: end}
-		}
-		return err
+	if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
+		return false, fmt.Errorf("%w (fn: %w)", cause, ferr)
 	}
-	done := make(chan struct{})
-	*released = done
-	go func() {
-		defer close(done)
-		_ = stx.Rollback()
-		if then != nil {
-			then()
-		}
-	}()
-	return nil
-}
-
-// awaitRelease waits until a committed transaction's sql.Tx is released
-// (see commit) or ctx ends. The release's ROLLBACK cannot be bound to ctx,
-// and a connection that goes silent right after its COMMIT would hold it
-// until the driver gives up on the connection: Do does not wait for that
-// past its ctx, and the release ends in the background.
-// It reports whether the release is done.
-func awaitRelease(ctx context.Context, released chan struct{}) bool {
-	if released == nil {
-		return true
-	}
-	select {
-	case <-released:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// rollback rolls stx back without outliving ctx. When ctx has ended,
-// database/sql rolls the transaction back and discards the connection on its
-// own; otherwise the ROLLBACK is a statement bound to ctx, so a connection
-// that stopped answering is closed when ctx ends.
-func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx) {
-	g.rollbackGone(ctx, stx)
-}
-
-// rollbackGone is rollback, reporting whether the transaction that claimed
-// had already ended before it (see rollbackSession). When ctx has ended,
-// database/sql rolls back on its own and the server ends the session (see
-// session.go); gone is then false.
-func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (end ending) {
-	if ctx.Err() != nil {
-		return ending{}
-	}
-	end, _ = rollbackSession(ctx, stx, g.mark)
-	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
-	// sent on a connection closed above.
-	_ = stx.Rollback()
-	return end
-}
-
-func (g *Guard) committed(ctx context.Context, tx *Tx, acquired time.Time) {
-	elapsed := time.Since(acquired)
-	g.opt.Logger.DebugContext(ctx, "guard: committed", "key", tx.key, "token", tx.token, "attempt", tx.attempt, "elapsed", elapsed)
-	if h := g.opt.Hooks.OnCommitted; h != nil {
-		h(tx.key, tx.token, elapsed)
-	}
+	return false, ferr
 }
 
 // fenced handles a claim the database rejected: raise the key's
