@@ -17,7 +17,7 @@ import (
 // metrics on them). Every field may be nil. They run synchronously on the
 // goroutine that calls Do, except OnLost, which runs on a goroutine of Do's
 // own while fn may still be running; Do returns only after every hook call
-// of that Do has returned. With Options.MaxBatch above 1, OnAcquired,
+// of that Do has returned. With Options.Batch.Max above 1, OnAcquired,
 // OnRetry, OnFenced, OnLost and OnCommitted are called once per batch, on
 // the batch's goroutine, and OnDo, OnStep and OnDone once per caller (see
 // "Batching" in the package documentation). Hooks must be quick and must
@@ -40,7 +40,7 @@ type Hooks struct {
 	OnCommitted func(key string, token uint64, elapsed time.Duration)
 
 	// OnModeChange is called when the Guard switches between Redis mode and
-	// database mode (Options.Fallback): from ModeRedis to ModeDatabase when
+	// database mode (Options.Outage): from ModeRedis to ModeDatabase when
 	// Redis is found unavailable, and back once it answers again.
 	OnModeChange func(from, to Mode)
 
@@ -63,6 +63,13 @@ type Hooks struct {
 // almost surely a unit mistake (UnlockTimeout: 5 is 5ns, not 5s) and is
 // refused. [Guard.Err] reports an invalid field as an [*OptionError] right
 // after [New].
+//
+// The settings of one concern sit in a group: Outage (what Do does while
+// Redis is unavailable), Batch (combining a key's queued callers) and
+// Succession (how a key's lock and transaction pass to its next caller).
+// The flat fields they replace, such as FallbackAfter and MaxBatch, still
+// work but are deprecated: a group field and the flat field it replaces may
+// both be set only to the same value, otherwise the options are invalid.
 type Options struct {
 	// MaxAttempts bounds how many times the whole transaction runs when an
 	// attempt fails because its own transaction failed: a deadlock, a lock
@@ -114,6 +121,98 @@ type Options struct {
 	// redislock.DefaultPrefix
 	Namespace string
 
+	// Outage says what Do does while Redis is unavailable; see
+	// [OutageOptions].
+	// default: Do fails while Redis is unavailable
+	Outage OutageOptions
+
+	// Batch combines the queued callers of a key into one transaction; see
+	// [BatchOptions].
+	// default: off (every Do runs its own transaction)
+	Batch BatchOptions
+
+	// Succession says how a key's lock and transaction pass from one caller
+	// to the next; see [SuccessionOptions].
+	// default: the lock is handed on at the claim (HandOffAuto) and
+	// transactions are relayed between a key's callers
+	Succession SuccessionOptions
+
+	// Logger receives debug records of each step and warnings for lost
+	// locks, fenced tokens, retries, failed unlocks and the switch to
+	// database mode (Options.Outage).
+	// default: slog.Default() for warnings and errors (looked up at each
+	// record, so a later slog.SetDefault applies); records below
+	// slog.LevelWarn, the debug records of each step among them, are
+	// dropped. Set a logger to see those too, or
+	// slog.New(slog.DiscardHandler) to silence everything.
+	Logger *slog.Logger
+
+	// Hooks are called at each step; see [Hooks].
+	// default: no hooks
+	Hooks Hooks
+
+	// Fallback is Outage.Fallback.
+	//
+	// Deprecated: use Options.Outage.Fallback.
+	Fallback Fallback
+
+	// FallbackAfter is Outage.After.
+	//
+	// Deprecated: use Options.Outage.After.
+	FallbackAfter int
+
+	// FallbackRetry is Outage.Retry.
+	//
+	// Deprecated: use Options.Outage.Retry.
+	FallbackRetry time.Duration
+
+	// FallbackProbeAfter is Outage.ProbeAfter.
+	//
+	// Deprecated: use Options.Outage.ProbeAfter.
+	FallbackProbeAfter time.Duration
+
+	// FallbackProbeTimeout is Outage.ProbeTimeout.
+	//
+	// Deprecated: use Options.Outage.ProbeTimeout.
+	FallbackProbeTimeout time.Duration
+
+	// FallbackMaxWaiters is Outage.MaxWaiters.
+	//
+	// Deprecated: use Options.Outage.MaxWaiters.
+	FallbackMaxWaiters int
+
+	// FallbackMaxWaitersPerKey is Outage.MaxWaitersPerKey.
+	//
+	// Deprecated: use Options.Outage.MaxWaitersPerKey.
+	FallbackMaxWaitersPerKey int
+
+	// MaxBatch is Batch.Max.
+	//
+	// Deprecated: use Options.Batch.Max.
+	MaxBatch int
+
+	// BatchSavepoints is Batch.Savepoints.
+	//
+	// Deprecated: use Options.Batch.Savepoints.
+	BatchSavepoints bool
+
+	// HandOff is Succession.HandOff.
+	//
+	// Deprecated: use Options.Succession.HandOff.
+	HandOff HandOff
+
+	// NoRelay is Succession.NoRelay.
+	//
+	// Deprecated: use Options.Succession.NoRelay.
+	NoRelay bool
+}
+
+// OutageOptions say what a [Guard] does while Redis is unavailable
+// ([Options].Outage). The zero value fails every Do until Redis answers
+// again; with Fallback set to FallbackDatabase, the other fields tune when
+// the Guard switches to database mode and back, and how many callers it
+// lets wait in the database.
+type OutageOptions struct {
 	// Fallback says what Do does while Redis is unavailable: fail
 	// (FallbackNone) or serialise the callers of a key in the database alone
 	// (FallbackDatabase; see [Fallback] for the trade-off: safety is kept,
@@ -121,67 +220,77 @@ type Options struct {
 	// default: FallbackNone
 	Fallback Fallback
 
-	// FallbackAfter is how many consecutive failures of Redis (errors of the
-	// lock other than the caller's ctx ending, and health probes that got no
+	// After is how many consecutive failures of Redis (errors of the lock
+	// other than the caller's ctx ending, and health probes that got no
 	// answer) switch the Guard to database mode. A Do whose own lock call
 	// failed because of Redis runs in database mode at once.
 	// default: 3
-	FallbackAfter int
+	After int
 
-	// FallbackRetry is how long the Guard stays in database mode before one
-	// Do tries Redis again; when it succeeds, the Guard is back in Redis
-	// mode. At least 1ms.
-	// default: 1s
-	FallbackRetry time.Duration
-
-	// FallbackProbeAfter is how long a Do waits for the Redis lock before a
-	// health probe (a PING, at most one per FallbackProbeAfter per Guard)
-	// checks that Redis still answers; a Redis that stopped answering is
-	// thus noticed by waiting callers, which then switch to database mode.
+	// Retry is how long the Guard stays in database mode before one Do
+	// tries Redis again; when it succeeds, the Guard is back in Redis mode.
 	// At least 1ms.
-	// default: 250ms
-	FallbackProbeAfter time.Duration
+	// default: 1s
+	Retry time.Duration
 
-	// FallbackProbeTimeout is how long a health probe waits for Redis. At
-	// least 1ms.
+	// ProbeAfter is how long a Do waits for the Redis lock before a health
+	// probe (a PING, at most one per ProbeAfter per Guard) checks that Redis
+	// still answers; a Redis that stopped answering is thus noticed by
+	// waiting callers, which then switch to database mode. At least 1ms.
 	// default: 250ms
-	FallbackProbeTimeout time.Duration
+	ProbeAfter time.Duration
 
-	// FallbackMaxWaiters bounds the Do calls of this Guard in database mode
-	// at once (each holds a database connection while it waits for the
-	// fence row); more wait without a connection. It must leave room in the
-	// pool: at most sql.DB.SetMaxOpenConns when that is set.
+	// ProbeTimeout is how long a health probe waits for Redis. At least
+	// 1ms.
+	// default: 250ms
+	ProbeTimeout time.Duration
+
+	// MaxWaiters bounds the Do calls of this Guard in database mode at once
+	// (each holds a database connection while it waits for the fence row);
+	// more wait without a connection. It must leave room in the pool: at
+	// most sql.DB.SetMaxOpenConns when that is set.
 	// default: 8, or half of the pool's MaxOpenConns when that is smaller
-	FallbackMaxWaiters int
+	MaxWaiters int
 
-	// FallbackMaxWaitersPerKey bounds the database-mode calls of one key at
-	// once, so that one hot key cannot take the whole pool.
+	// MaxWaitersPerKey bounds the database-mode calls of one key at once,
+	// so that one hot key cannot take the whole pool.
 	// default: 2
-	FallbackMaxWaitersPerKey int
+	MaxWaitersPerKey int
+}
 
-	// MaxBatch, when above 1, combines callers: the callers of one key in
-	// this process that arrive while the key's current batch waits for or
-	// holds the lock join the next batch, up to MaxBatch of them, and that
-	// batch runs each caller's fn in turn inside one transaction, under one
-	// lock turn, one claim and one COMMIT. An error of one caller undoes
-	// only its work: the batch rolls back and runs the others again, each
-	// inside a savepoint of its own (see BatchSavepoints). See "Batching"
-	// in the package documentation for when it pays and what it costs. 0
-	// and 1 turn it off.
+// BatchOptions combine the callers of a key in this process that queue
+// behind its lock into shared transactions ([Options].Batch). The zero value
+// turns batching off: every Do runs its own transaction.
+type BatchOptions struct {
+	// Max, when above 1, combines callers: the callers of one key in this
+	// process that arrive while the key's current batch waits for or holds
+	// the lock join the next batch, up to Max of them, and that batch runs
+	// each caller's fn in turn inside one transaction, under one lock turn,
+	// one claim and one COMMIT. An error of one caller undoes only its
+	// work: the batch rolls back and runs the others again, each inside a
+	// savepoint of its own (see Savepoints). See "Batching" in the package
+	// documentation for when it pays and what it costs. 0 and 1 turn it
+	// off.
 	// default: 0 (every Do runs its own transaction)
-	MaxBatch int
+	Max int
 
-	// BatchSavepoints runs each fn of a batch of more than one caller
-	// inside a savepoint of its own from the start, one more round trip
-	// per caller, so that an fn's error is undone by rolling back to it.
-	// By default a batch runs its fns without savepoints, and when one
-	// returns an error (or panics) rolls the whole transaction back and
-	// runs the others again, with savepoints: cheaper while errors are
-	// rare, and never more than one fn's work done twice per error. Set it
-	// when fns often fail, or are expensive to run again.
+	// Savepoints runs each fn of a batch of more than one caller inside a
+	// savepoint of its own from the start, one more round trip per caller,
+	// so that an fn's error is undone by rolling back to it. By default a
+	// batch runs its fns without savepoints, and when one returns an error
+	// (or panics) rolls the whole transaction back and runs the others
+	// again, with savepoints: cheaper while errors are rare, and never more
+	// than one fn's work done twice per error. Set it when fns often fail,
+	// or are expensive to run again.
 	// default: false
-	BatchSavepoints bool
+	Savepoints bool
+}
 
+// SuccessionOptions say how a key's Redis lock and its transaction pass
+// from one caller to the key's next ([Options].Succession). The zero value
+// hands the lock on at the claim (except on a multi-primary pool) and
+// relays transactions between a key's callers in this process.
+type SuccessionOptions struct {
 	// HandOff says when Do passes the Redis lock on to the key's next
 	// waiter.
 	//
@@ -204,10 +313,10 @@ type Options struct {
 	// Replication in multi-primary mode, so on such a pool Do refuses it
 	// ([ErrUnsafePool]). The next holder's claim waits at most
 	// innodb_lock_wait_timeout per attempt, so an fn that runs longer makes
-	// the key's waiting callers fail after MaxAttempts. A Do nested in fn on another key needs two
-	// connections per enclosing call (its transaction, and the next
-	// holder's claim waiting on its fence row); [ErrNestedPool] refuses one
-	// the pool cannot serve.
+	// the key's waiting callers fail after MaxAttempts. A Do nested in fn
+	// on another key needs two connections per enclosing call (its
+	// transaction, and the next holder's claim waiting on its fence row);
+	// [ErrNestedPool] refuses one the pool cannot serve.
 	//
 	// HandOffAtEnd holds the lock until the transaction has ended: fn's
 	// ctx ends when the lease is lost, and a retry keeps its turn and
@@ -220,9 +329,9 @@ type Options struct {
 	// setup where several servers take writes, set HandOffAtEnd.
 	//
 	// See "When the lock is handed on" in the package documentation. With
-	// MaxBatch, a batch hands the lock on at its claim and the key's next
-	// batch here starts its turn then. It does not apply in database mode
-	// (Fallback).
+	// Options.Batch, a batch hands the lock on at its claim and the key's
+	// next batch here starts its turn then. It does not apply in database
+	// mode (Options.Outage).
 	// default: HandOffAuto
 	HandOff HandOff
 
@@ -234,26 +343,13 @@ type Options struct {
 	// keys. A Do with no other caller of its key here uses the pool as
 	// usual; a relayed transaction nobody takes within 50ms is rolled back
 	// and its connection returned, and a connection relayed for half a
-	// second goes back to the pool, so that other keys get their turn. See "Relaying transactions between a
-	// key's callers" in the package documentation. With MaxBatch, a batch
-	// counts as one caller. With NoRelay, every transaction begins on the
-	// pool and every connection goes back to it.
+	// second goes back to the pool, so that other keys get their turn. See
+	// "Relaying transactions between a key's callers" in the package
+	// documentation. With Options.Batch, a batch counts as one caller. With
+	// NoRelay, every transaction begins on the pool and every connection
+	// goes back to it.
 	// default: false (transactions are relayed between a key's callers)
 	NoRelay bool
-
-	// Logger receives debug records of each step and warnings for lost
-	// locks, fenced tokens, retries, failed unlocks and the switch to
-	// database mode (Fallback).
-	// default: slog.Default() for warnings and errors (looked up at each
-	// record, so a later slog.SetDefault applies); records below
-	// slog.LevelWarn, the debug records of each step among them, are
-	// dropped. Set a logger to see those too, or
-	// slog.New(slog.DiscardHandler) to silence everything.
-	Logger *slog.Logger
-
-	// Hooks are called at each step; see [Hooks].
-	// default: no hooks
-	Hooks Hooks
 }
 
 // maxNamespaceLen leaves room in a fence resource for the namespace, a brace
@@ -321,8 +417,15 @@ func (g *Guard) Err() error {
 
 // withPool checks and completes the options that depend on the database
 // pool: FallbackMaxWaiters must leave connections for the rest of the
-// application.
+// application. It copies Outage.MaxWaiters to FallbackMaxWaiters (merge
+// leaves that to it, so that its error names the field the value was set
+// in) and its results back to Outage.
 func (o Options) withPool(maxOpen int) (Options, error) {
+	field := "Outage.MaxWaiters"
+	if o.FallbackMaxWaiters != 0 {
+		field = "FallbackMaxWaiters"
+	}
+	o.FallbackMaxWaiters = o.Outage.MaxWaiters
 	if o.Fallback != FallbackDatabase {
 		return o, nil
 	}
@@ -333,17 +436,69 @@ func (o Options) withPool(maxOpen int) (Options, error) {
 		}
 	}
 	if maxOpen > 0 && o.FallbackMaxWaiters > maxOpen {
-		return o, &OptionError{Field: "FallbackMaxWaiters", Value: o.FallbackMaxWaiters,
+		return o, &OptionError{Field: field, Value: o.FallbackMaxWaiters,
 			Reason: fmt.Sprintf("more than the pool's %d connections (sql.DB.SetMaxOpenConns)", maxOpen)}
 	}
 	if o.FallbackMaxWaitersPerKey > o.FallbackMaxWaiters {
 		o.FallbackMaxWaitersPerKey = o.FallbackMaxWaiters
 	}
+	o.Outage.MaxWaiters, o.Outage.MaxWaitersPerKey = o.FallbackMaxWaiters, o.FallbackMaxWaitersPerKey
 	return o, nil
 }
 
+// merge reconciles each field of the groups (Outage, Batch, Succession) with
+// the deprecated flat field it replaces, so that both hold the value set in
+// either: the rest of the package reads the flat fields. It returns, for
+// each flat field whose value came from its group, the group field's name,
+// for errors about the value, and an *OptionError for the first pair set to
+// different values. Outage.MaxWaiters, which depends on the pool, is only
+// checked: withPool copies it to FallbackMaxWaiters.
+func (o *Options) merge() (map[string]string, error) {
+	from := map[string]string{}
+	out, b, su := &o.Outage, &o.Batch, &o.Succession
+	flatWaiters := o.FallbackMaxWaiters
+	for _, err := range []error{
+		reconcile(from, &out.Fallback, &o.Fallback, "Outage.Fallback", "Fallback"),
+		reconcile(from, &out.After, &o.FallbackAfter, "Outage.After", "FallbackAfter"),
+		reconcile(from, &out.Retry, &o.FallbackRetry, "Outage.Retry", "FallbackRetry"),
+		reconcile(from, &out.ProbeAfter, &o.FallbackProbeAfter, "Outage.ProbeAfter", "FallbackProbeAfter"),
+		reconcile(from, &out.ProbeTimeout, &o.FallbackProbeTimeout, "Outage.ProbeTimeout", "FallbackProbeTimeout"),
+		reconcile(from, &out.MaxWaiters, &o.FallbackMaxWaiters, "Outage.MaxWaiters", "FallbackMaxWaiters"),
+		reconcile(from, &out.MaxWaitersPerKey, &o.FallbackMaxWaitersPerKey, "Outage.MaxWaitersPerKey", "FallbackMaxWaitersPerKey"),
+		reconcile(from, &b.Max, &o.MaxBatch, "Batch.Max", "MaxBatch"),
+		reconcile(from, &b.Savepoints, &o.BatchSavepoints, "Batch.Savepoints", "BatchSavepoints"),
+		reconcile(from, &su.HandOff, &o.HandOff, "Succession.HandOff", "HandOff"),
+		reconcile(from, &su.NoRelay, &o.NoRelay, "Succession.NoRelay", "NoRelay"),
+	} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	o.FallbackMaxWaiters = flatWaiters
+	return from, nil
+}
+
+// reconcile makes a group field and the deprecated flat field it replaces
+// hold the same value: the one that is set (not zero). Both set to
+// different values is an *OptionError naming both.
+func reconcile[T comparable](from map[string]string, group, flat *T, name, flatName string) error {
+	var zero T
+	switch {
+	case *group == zero:
+		*group = *flat
+	case *flat == zero || *flat == *group:
+		*flat = *group
+		from[flatName] = name
+	default:
+		return &OptionError{Field: name, Value: *group,
+			Reason: fmt.Sprintf("but the deprecated Options.%s is %v: set only Options.%s", flatName, *flat, name)}
+	}
+	return nil
+}
+
 // durations lists every duration field of o with its default, for the checks
-// of withDefaults.
+// of withDefaults; those of the groups are checked through the flat fields
+// merge has copied them to.
 func (o *Options) durations() []struct {
 	name string
 	v    time.Duration
@@ -361,10 +516,21 @@ func (o *Options) durations() []struct {
 	}
 }
 
-// withDefaults validates o and returns a copy with every default applied. An
-// error is an *OptionError naming the first invalid field.
+// withDefaults validates o and returns a copy with every default applied,
+// each group field and the deprecated flat field it replaces holding the
+// same value (see merge; the pool completes Outage.MaxWaiters in withPool).
+// An error is an *OptionError naming the first invalid field as the user
+// set it.
 func (o Options) withDefaults() (Options, error) {
+	from, err := o.merge()
+	if err != nil {
+		return o, err
+	}
+	// bad names the field the user set: a group's field, or the flat one.
 	bad := func(field string, value any, format string, args ...any) (Options, error) {
+		if name, ok := from[field]; ok {
+			field = name
+		}
 		return o, &OptionError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 	}
 	for _, d := range o.durations() {
@@ -397,8 +563,8 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("Fallback", o.Fallback, "not FallbackNone or FallbackDatabase")
 	case o.FallbackAfter < 0:
 		return bad("FallbackAfter", o.FallbackAfter, "must be >= 0")
-	case o.FallbackMaxWaiters < 0:
-		return bad("FallbackMaxWaiters", o.FallbackMaxWaiters, "must be >= 0")
+	case o.Outage.MaxWaiters < 0:
+		return bad("FallbackMaxWaiters", o.Outage.MaxWaiters, "must be >= 0")
 	case o.FallbackMaxWaitersPerKey < 0:
 		return bad("FallbackMaxWaitersPerKey", o.FallbackMaxWaitersPerKey, "must be >= 0")
 	}
@@ -435,5 +601,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = warnlog.New()
 	}
+	o.Outage = OutageOptions{Fallback: o.Fallback, After: o.FallbackAfter, Retry: o.FallbackRetry,
+		ProbeAfter: o.FallbackProbeAfter, ProbeTimeout: o.FallbackProbeTimeout,
+		MaxWaiters: o.Outage.MaxWaiters, MaxWaitersPerKey: o.FallbackMaxWaitersPerKey}
+	o.Batch = BatchOptions{Max: o.MaxBatch, Savepoints: o.BatchSavepoints}
+	o.Succession = SuccessionOptions{HandOff: o.HandOff, NoRelay: o.NoRelay}
 	return o, nil
 }

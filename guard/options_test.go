@@ -210,3 +210,227 @@ func TestDefaultLoggerWarnsThroughSlogDefault(t *testing.T) {
 		t.Fatal("the Logger set was replaced")
 	}
 }
+
+// groupTwins pairs every field of the option groups with the deprecated flat
+// field it replaces, a valid value other than the default, and another one.
+var groupTwins = []struct {
+	group, flat string
+	v, other    any
+}{
+	{"Outage.Fallback", "Fallback", FallbackDatabase, Fallback(2)},
+	{"Outage.After", "FallbackAfter", 5, 6},
+	{"Outage.Retry", "FallbackRetry", 2 * time.Second, 3 * time.Second},
+	{"Outage.ProbeAfter", "FallbackProbeAfter", 300 * time.Millisecond, time.Second},
+	{"Outage.ProbeTimeout", "FallbackProbeTimeout", 400 * time.Millisecond, time.Second},
+	{"Outage.MaxWaiters", "FallbackMaxWaiters", 5, 6},
+	{"Outage.MaxWaitersPerKey", "FallbackMaxWaitersPerKey", 3, 4},
+	{"Batch.Max", "MaxBatch", 8, 9},
+	{"Batch.Savepoints", "BatchSavepoints", true, nil},
+	{"Succession.HandOff", "HandOff", HandOffAtEnd, HandOffAtClaim},
+	{"Succession.NoRelay", "NoRelay", true, nil},
+}
+
+// field returns the field of o at path, such as "Batch.Max".
+func field(o *Options, path string) reflect.Value {
+	v := reflect.ValueOf(o).Elem()
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+	}
+	return v
+}
+
+// setField sets the field of o at path to v.
+func setField(t *testing.T, o *Options, path string, v any) {
+	t.Helper()
+	f := field(o, path)
+	if !f.IsValid() {
+		t.Fatalf("Options has no field %s", path)
+	}
+	f.Set(reflect.ValueOf(v))
+}
+
+// normalised returns o as New keeps it, on a pool of 16 connections.
+func normalised(t *testing.T, o Options) Options {
+	t.Helper()
+	o.Logger = slog.New(slog.DiscardHandler)
+	o, err := o.withDefaults()
+	if err == nil {
+		o, err = o.withPool(16)
+	}
+	if err != nil {
+		t.Fatalf("%+v: %v", o, err)
+	}
+	return o
+}
+
+// assertTwinsAgree fails unless every group field of o holds the value of
+// the flat field it replaces.
+func assertTwinsAgree(t *testing.T, o Options) {
+	t.Helper()
+	for _, tw := range groupTwins {
+		if g, f := field(&o, tw.group).Interface(), field(&o, tw.flat).Interface(); g != f {
+			t.Errorf("normalised: %s = %v but %s = %v", tw.group, g, tw.flat, f)
+		}
+	}
+}
+
+// Every field of a group is listed in groupTwins, and so checked below.
+func TestOptionGroupsAllListed(t *testing.T) {
+	listed := map[string]bool{}
+	for _, tw := range groupTwins {
+		listed[tw.group] = true
+	}
+	typ := reflect.TypeOf(Options{})
+	for _, group := range []string{"Outage", "Batch", "Succession"} {
+		f, _ := typ.FieldByName(group)
+		for i := range f.Type.NumField() {
+			if name := group + "." + f.Type.Field(i).Name; !listed[name] {
+				t.Errorf("%s has no flat twin in groupTwins", name)
+			}
+		}
+	}
+}
+
+// Setting a group field gives the same normalised options as setting the
+// flat field it replaces, field by field and all at once, with the Guard's
+// database fallback off and on; group and flat fields agree afterwards.
+func TestOptionGroupsMatchFlatFields(t *testing.T) {
+	for _, fallback := range []Fallback{FallbackNone, FallbackDatabase} {
+		var allGroup, allFlat Options
+		for _, tw := range groupTwins {
+			group, flat := Options{Fallback: fallback}, Options{Fallback: fallback}
+			setField(t, &group, tw.group, tw.v)
+			setField(t, &flat, tw.flat, tw.v)
+			setField(t, &allGroup, tw.group, tw.v)
+			setField(t, &allFlat, tw.flat, tw.v)
+			g, f := normalised(t, group), normalised(t, flat)
+			g.Logger, f.Logger = nil, nil
+			if !reflect.DeepEqual(g, f) {
+				t.Errorf("fallback %v, %s = %v: normalised\n%+v\nwith %s:\n%+v", fallback, tw.group, tw.v, g, tw.flat, f)
+			}
+			assertTwinsAgree(t, g)
+			if got := field(&g, tw.group).Interface(); got != tw.v {
+				t.Errorf("fallback %v: %s = %v after normalising, want %v", fallback, tw.group, got, tw.v)
+			}
+			// The same value in both is accepted.
+			setField(t, &group, tw.flat, tw.v)
+			if both := normalised(t, group); field(&both, tw.group).Interface() != tw.v {
+				t.Errorf("%s and %s both %v: got %v", tw.group, tw.flat, tw.v, field(&both, tw.group).Interface())
+			}
+		}
+		g, f := normalised(t, allGroup), normalised(t, allFlat)
+		g.Logger, f.Logger = nil, nil
+		if !reflect.DeepEqual(g, f) {
+			t.Errorf("every group field set: normalised\n%+v\nwith the flat fields:\n%+v", g, f)
+		}
+		assertTwinsAgree(t, g)
+	}
+}
+
+// The zero value still gives today's defaults, now in the groups too.
+func TestOptionGroupsZeroValue(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutage := OutageOptions{Fallback: FallbackNone, After: 3, Retry: time.Second, ProbeAfter: 250 * time.Millisecond,
+		ProbeTimeout: 250 * time.Millisecond, MaxWaitersPerKey: 2}
+	if o.Outage != wantOutage || o.Batch != (BatchOptions{}) || o.Succession != (SuccessionOptions{}) {
+		t.Fatalf("zero value: Outage %+v, Batch %+v, Succession %+v; want %+v and zero groups", o.Outage, o.Batch, o.Succession, wantOutage)
+	}
+	assertTwinsAgree(t, o)
+	g := &Guard{opt: o}
+	if !g.handsOffAtClaim() || !g.relaying() || g.opt.MaxBatch != 0 {
+		t.Fatalf("zero value: hand-off at the claim %v, relaying %v, MaxBatch %d", g.handsOffAtClaim(), g.relaying(), g.opt.MaxBatch)
+	}
+	// The pool decides MaxWaiters, in both places.
+	p, err := (Options{Outage: OutageOptions{Fallback: FallbackDatabase}}).withDefaults()
+	if err == nil {
+		p, err = p.withPool(4)
+	}
+	if err != nil || p.FallbackMaxWaiters != 2 || p.Outage.MaxWaiters != 2 || p.Outage.MaxWaitersPerKey != 2 {
+		t.Fatalf("pool of 4: MaxWaiters %d/%d, per key %d, err %v; want 2", p.FallbackMaxWaiters, p.Outage.MaxWaiters, p.Outage.MaxWaitersPerKey, err)
+	}
+}
+
+// A group field and its flat twin set to different values are refused with
+// an *OptionError naming both.
+func TestOptionGroupsConflict(t *testing.T) {
+	locker, db := offlineParts(t, nil)
+	for _, tw := range groupTwins {
+		if tw.other == nil {
+			continue // a bool's only non-zero value is true: both set agree
+		}
+		var o Options
+		setField(t, &o, tw.group, tw.v)
+		setField(t, &o, tw.flat, tw.other)
+		_, err := o.withDefaults()
+		var oe *OptionError
+		if !errors.As(err, &oe) || !errors.Is(err, ErrInvalidOptions) || oe.Field != tw.group || oe.Value != tw.v ||
+			!strings.Contains(err.Error(), "Options."+tw.flat+" is ") {
+			t.Errorf("%s = %v, %s = %v: err = %v, want an *OptionError for %s naming %s", tw.group, tw.v, tw.flat, tw.other, err, tw.group, tw.flat)
+			continue
+		}
+		if gerr := New(locker, db, &o).Err(); !errors.Is(gerr, ErrInvalidOptions) || !strings.Contains(gerr.Error(), "Options."+tw.group) {
+			t.Errorf("%s conflict: Err() = %v", tw.group, gerr)
+		}
+	}
+}
+
+// An invalid value is reported under the name of the field it was set in.
+func TestOptionGroupsInvalidValueNamesTheFieldSet(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		v    any
+	}{
+		{"Outage.Fallback", Fallback(7)}, {"Fallback", Fallback(7)},
+		{"Outage.After", -1}, {"FallbackAfter", -1},
+		{"Outage.Retry", time.Duration(5)}, {"FallbackRetry", time.Duration(5)},
+		{"Outage.ProbeAfter", -time.Second}, {"Outage.ProbeTimeout", 999 * time.Microsecond},
+		{"Outage.MaxWaiters", -1}, {"FallbackMaxWaiters", -1},
+		{"Outage.MaxWaitersPerKey", -1}, {"FallbackMaxWaitersPerKey", -1},
+		{"Batch.Max", -1}, {"MaxBatch", -1},
+		{"Succession.HandOff", HandOffAtEnd + 1}, {"HandOff", HandOff(-1)},
+	} {
+		var o Options
+		setField(t, &o, c.path, c.v)
+		_, err := o.withDefaults()
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Field != c.path || oe.Value != c.v {
+			t.Errorf("%s = %v: err = %v, want an *OptionError for %s", c.path, c.v, err, c.path)
+		}
+	}
+	// Every duration of a group is checked, as the top-level ones are.
+	typ := reflect.TypeOf(Options{})
+	for _, group := range []string{"Outage", "Batch", "Succession"} {
+		f, _ := typ.FieldByName(group)
+		for i := range f.Type.NumField() {
+			if sf := f.Type.Field(i); sf.Type == reflect.TypeOf(time.Duration(0)) {
+				var o Options
+				setField(t, &o, group+"."+sf.Name, time.Duration(5))
+				var oe *OptionError
+				if _, err := o.withDefaults(); !errors.As(err, &oe) || oe.Field != group+"."+sf.Name {
+					t.Errorf("%s.%s = 5ns: err = %v", group, sf.Name, err)
+				}
+			}
+		}
+	}
+	// More waiters than the pool holds: named as set, by New too.
+	locker, _ := offlineParts(t, nil)
+	small := sqlx.NewDb(sql.OpenDB(offline{}), "mysql")
+	defer small.Close()
+	small.SetMaxOpenConns(4)
+	for _, o := range []Options{
+		{Outage: OutageOptions{Fallback: FallbackDatabase, MaxWaiters: 5}},
+		{Fallback: FallbackDatabase, FallbackMaxWaiters: 5},
+		{Outage: OutageOptions{Fallback: FallbackDatabase}, FallbackMaxWaiters: 5},
+	} {
+		want := "Options.Outage.MaxWaiters is 5"
+		if o.FallbackMaxWaiters != 0 {
+			want = "Options.FallbackMaxWaiters is 5"
+		}
+		if err := New(locker, small, &o).Err(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: Err() = %v, want one saying %q", o, err, want)
+		}
+	}
+}

@@ -23,13 +23,13 @@ const (
 	modeUnsafe    = "unsafe"
 	modeRedisOnly = "redis-only"
 	modeGuard     = "guard"
-	// modeBatched is guard with Options.MaxBatch: the buyers of one
+	// modeBatched is guard with Options.Batch.Max: the buyers of one
 	// instance that queue behind its holder share one lock turn and one
 	// transaction.
 	modeBatched = "batched"
 )
 
-// batchSize is Options.MaxBatch of the batched mode.
+// batchSize is Options.Batch.Max of the batched mode.
 const batchSize = 16
 
 var allModes = []string{modeUnsafe, modeRedisOnly, modeGuard, modeBatched}

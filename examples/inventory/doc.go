@@ -13,7 +13,7 @@
 //     as in a failover (-failover). Oversells.
 //   - guard: the same inside guard.Do (lock, fencing token checked by MySQL
 //     in the same transaction), under the same faults. Never oversells.
-//   - batched: guard with guard.Options.MaxBatch 16: the buyers of one
+//   - batched: guard with guard.Options.Batch.Max 16: the buyers of one
 //     instance that queue behind its holder join one transaction (one lock
 //     turn, one claim, one COMMIT). Same faults; never oversells.
 //
@@ -21,7 +21,7 @@
 // Locker and database pool. A stall freezes the holder and its instance's
 // Redis traffic, renewals included, as a stop-the-world pause would.
 //
-// -redis-outage kill (or pause) shows what guard.Options.Fallback =
+// -redis-outage kill (or pause) shows what guard.Options.Outage.Fallback =
 // guard.FallbackDatabase does while Redis is down. The guard mode then runs
 // on instances whose Guards fall back on the database, against a
 // redis-server the program starts for it (never the configured one, which

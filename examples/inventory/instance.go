@@ -31,7 +31,7 @@ type instance struct {
 	db     *sqlx.DB
 	guard  *guard.Guard
 	// batched is a Guard on the same Locker and pool with
-	// Options.MaxBatch (the batched mode).
+	// Options.Batch.Max (the batched mode).
 	batched *guard.Guard
 	frozen  *freezer
 	logger  *slog.Logger
@@ -72,7 +72,7 @@ type instanceConfig struct {
 const (
 	fallbackDialTimeout = 200 * time.Millisecond
 	fallbackIOTimeout   = 300 * time.Millisecond
-	// fallbackRetry is Options.FallbackRetry: the example's outages last
+	// fallbackRetry is Options.Outage.Retry: the example's outages last
 	// seconds, and its Guards try Redis again well within them.
 	fallbackRetry = 250 * time.Millisecond
 )
@@ -127,10 +127,9 @@ func newGuard(inst *instance, maxBatch int) *guard.Guard {
 	h.OnAcquired = then3(own.OnAcquired, h.OnAcquired)
 	h.OnDone = then2(own.OnDone, h.OnDone)
 	h.OnModeChange = then2(own.OnModeChange, h.OnModeChange)
-	opt := &guard.Options{Logger: inst.logger, Hooks: h, MaxBatch: maxBatch}
+	opt := &guard.Options{Logger: inst.logger, Hooks: h, Batch: guard.BatchOptions{Max: maxBatch}}
 	if inst.fallback {
-		opt.Fallback = guard.FallbackDatabase
-		opt.FallbackRetry = fallbackRetry
+		opt.Outage = guard.OutageOptions{Fallback: guard.FallbackDatabase, Retry: fallbackRetry}
 	}
 	return guard.New(inst.locker, inst.db, opt)
 }

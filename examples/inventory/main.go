@@ -144,7 +144,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "bound on each mode")
 	fs.BoolVar(&cfg.startServers, "start-servers", true, startServersUsage)
 	fs.StringVar(&cfg.outage, "redis-outage", "",
-		"in guard: run on a redis-server of the run's own with Options.Fallback = FallbackDatabase, and take that server away mid-run: "+
+		"in guard: run on a redis-server of the run's own with Options.Outage.Fallback = FallbackDatabase, and take that server away mid-run: "+
 			outageKill+" (SIGKILL, restart empty) or "+outagePause+" (SIGSTOP, SIGCONT)")
 	fs.IntVar(&cfg.outageAfter, "outage-after", 0, "with -redis-outage: accepted orders before Redis goes away (0: a quarter of -stock/-qty)")
 	fs.DurationVar(&cfg.outageLength, "outage-for", 2*time.Second,

@@ -141,7 +141,7 @@ func (m *metrics) write(w io.Writer) error {
 	e.histogram("redfence_do_duration_seconds", "Duration of guard.Do calls.", &m.duration)
 	e.family("redfence_locks_held", "gauge", "Keys held by guard.Do calls now.")
 	e.sample("redfence_locks_held", "", float64(m.held))
-	e.family("redfence_fallback_active", "gauge", "1 while the Guard runs in database mode because Redis is unavailable (guard.Options.Fallback), else 0.")
+	e.family("redfence_fallback_active", "gauge", "1 while the Guard runs in database mode because Redis is unavailable (guard.Options.Outage.Fallback), else 0.")
 	e.sample("redfence_fallback_active", "", float64(m.fallback))
 	return e.err
 }

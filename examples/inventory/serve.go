@@ -29,7 +29,7 @@ type serveConfig struct {
 	checkTimeout   time.Duration
 	shutdown       time.Duration
 	startServers   bool
-	fallback       string // "none" or "database": guard.Options.Fallback
+	fallback       string // "none" or "database": guard.Options.Outage.Fallback
 }
 
 func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.Writer) int {

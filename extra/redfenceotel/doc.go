@@ -31,7 +31,7 @@
 //   - redfence.do.retries: counter of transaction retries;
 //   - redfence.locks.held: up-down counter of locks held now by this process;
 //   - redfence.fallback.active: up-down counter of Guards in database mode
-//     now (guard.Options.Fallback); redfence.do.calls also carries
+//     now (guard.Options.Outage.Fallback); redfence.do.calls also carries
 //     redfence.mode (redis or database).
 //
 // Exported to Prometheus they are redfence_lock_wait_seconds,

@@ -126,7 +126,7 @@ func newInstruments(opt *Options) (*instruments, error) {
 		return nil, err
 	}
 	if in.fallback, err = m.Int64UpDownCounter("redfence.fallback.active",
-		metric.WithDescription("Guards in database mode now (guard.Options.Fallback): 1 while Redis is unavailable")); err != nil {
+		metric.WithDescription("Guards in database mode now (guard.Options.Outage.Fallback): 1 while Redis is unavailable")); err != nil {
 		return nil, err
 	}
 	return in, nil
