@@ -189,7 +189,7 @@ func runBatchCommitCut(t *testing.T, e *env, opt guard.Options, atEnd bool) {
 
 // commitCutter dials MySQL connections of which it cuts the next COMMIT
 // once armed (whichever connection sends it: CALL redfence_commit(),
-// CALL redfence_commit_chain() or COMMIT): with drop, the connection is
+// CALL redfence_commit_relay() or COMMIT): with drop, the connection is
 // closed instead of sending it, so the server rolls the transaction back;
 // otherwise the COMMIT is sent, its reply read and thrown away and the
 // connection closed, so the server committed and the client cannot know.
@@ -235,7 +235,7 @@ func isCommitPacket(p []byte) bool {
 		return false
 	}
 	q := string(p[5:])
-	return q == "COMMIT" || strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_chain('")
+	return q == "COMMIT" || strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_relay('")
 }
 
 func (c *cutConn) Write(p []byte) (int, error) {

@@ -28,15 +28,12 @@ type batchRun struct {
 	// careful is set once a member's error has made the batch run again
 	// without it: from then on each member runs inside a savepoint.
 	careful bool
-	// rerun is set by an attempt that rolled back because a member failed,
+	// runAgain is set by an attempt that rolled back because a member failed,
 	// to run the others again at once (see turns).
-	rerun bool
+	runAgain bool
 	// ho, when the lock is handed on at the claim, passes the current turn
 	// of the lock on once the claim holds the fence row.
 	ho *handOff
-	// claimStart is the start of the attempt's claim step (see
-	// holding.claimStart).
-	claimStart time.Time
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
@@ -237,75 +234,30 @@ func (r *batchRun) deliver(err, uerr error) {
 }
 
 // attempts runs the batch's transaction from attempt number first until
-// every member has a result, retrying the whole transaction after a failure
-// of its own statements, as Guard.attempts does for one caller. again is the
-// number of the next attempt when it must run under a new turn of the lock,
-// because this turn was handed on at the claim; 0 otherwise.
+// every member has a result (see Guard.attempts, which retries it as it
+// does one caller's). again is the number of the next attempt when it must
+// run under a new turn of the lock, because this turn was handed on at the
+// claim; 0 otherwise.
 func (r *batchRun) attempts(first int) (again int) {
-	g, key := r.g, r.b.key
-	var made bool // the fence row was made once in this turn
-	for n, again := first, false; ; n++ {
-		if !again {
-			r.claimStart = time.Now()
-		}
-		retry, err := r.attempt(n)
-		again = false
-		if nr := (noFenceRow{}); errors.As(err, &nr) {
-			// As for one caller (see Guard.attempts).
-			retry, err = g.makeRow(r.lctx, key, nr, &made)
-			if err == nil {
-				n-- // the same attempt, claiming again
-				again = true
-				continue
-			}
-			r.step(r.open(), StepClaim, n, r.claimStart, err)
-		}
-		if r.rerun {
-			// A member's error rolled the transaction back: the others run
-			// again at once. This is not a failed attempt; each rerun
-			// leaves one member out, so there are fewer than MaxBatch.
-			r.rerun = false
-			if r.ho.handed() {
-				// The next holder may have claimed the row meanwhile: a new
-				// turn, unless no member is left to run.
-				if len(r.open()) == 0 {
-					return 0
-				}
-				return n
-			}
-			n--
-			continue
-		}
-		if !retry {
-			if err != nil && g.againAfterFence(r.ctx, holding{key: key, token: r.token, owner: r.owner}, n, err) {
-				// Fenced by a token minted in database mode: a new turn,
-				// as for one caller (see Guard.attempts).
-				return n + 1
-			}
-			if err != nil {
-				r.settleOpen(err)
-			}
-			return 0
-		}
-		if n >= g.opt.MaxAttempts {
-			r.settleOpen(fmt.Errorf("guard: %q: giving up after %d attempts: %w", key, n, err))
-			return 0
-		}
-		g.opt.Logger.Warn("guard: retrying batch transaction", "key", key, "token", r.token, "attempt", n, "err", err)
-		if h := g.opt.Hooks.OnRetry; h != nil {
-			h(key, n, err)
-		}
-		if r.ho.handed() {
-			// As for one caller (see Guard.attempts): the same token could
-			// now be fenced, and no lock keeps the next holder out. The next
-			// attempt waits for a new turn and token.
-			return n + 1
-		}
-		if serr := sleep(r.lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			r.settleOpen(errs.Join(err, g.lostOr(r.lctx, serr)))
-			return 0
-		}
+	h := holding{key: r.b.key, token: r.token, owner: r.owner, handOff: r.ho}
+	again, err := r.g.attempts(r.ctx, r.lctx, h, first, r)
+	if err != nil && again == 0 {
+		r.settleOpen(err)
 	}
+	return again
+}
+
+// now, steps, rerun and attempt make a batchRun the work of
+// Guard.attempts.
+func (r *batchRun) now() time.Time { return time.Now() }
+func (r *batchRun) steps() stepper { return batchSteps{r: r, ms: r.open()} }
+
+func (r *batchRun) rerun() (again, none bool) {
+	if !r.runAgain {
+		return false, false
+	}
+	r.runAgain = false
+	return true, len(r.open()) == 0
 }
 
 // batchSteps records the steps of an attempt for the members of a batch
@@ -323,14 +275,13 @@ func (b batchSteps) step(kind StepKind, _ uint64, attempt int, start time.Time, 
 // attempt runs one transaction for the members still waiting. err, when
 // not nil, is the result of all of them (or, with retry, the failure to
 // retry); results of single members are settled on the way.
-func (r *batchRun) attempt(n int) (retry bool, err error) {
+func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 	g, ctx, lctx := r.g, r.ctx, r.lctx
 	open := r.open()
 	if len(open) == 0 {
 		return false, nil
 	}
 	st := batchSteps{r: r, ms: open}
-	h := holding{key: r.b.key, token: r.token, owner: r.owner, claimStart: r.claimStart}
 	a, retry, err := g.claim(ctx, lctx, h, n, st)
 	if a == nil {
 		return retry, err
@@ -352,7 +303,7 @@ func (r *batchRun) attempt(n int) (retry bool, err error) {
 	}
 	ran, failed, causer := r.turns(open, tx, n, fctx)
 	switch {
-	case r.rerun:
+	case r.runAgain:
 		a.rollback()
 		r.unran(open)
 		r.careful = true
@@ -434,7 +385,7 @@ func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, fai
 //
 // Members run inside savepoints only when the batch is careful (or
 // Options.BatchSavepoints asks for them). Otherwise a member's error (or
-// panic) settles that member, and turns stops with r.rerun set: the
+// panic) settles that member, and turns stops with r.runAgain set: the
 // transaction is rolled back and the others run again, carefully. A batch
 // whose fns succeed so saves a round trip per member, and one whose fns
 // fail pays for one member's work twice at most.
@@ -475,10 +426,10 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			case savepoints:
 				r.rollbackTo(tx, sp, spn)
 			case optimistic && tx.failure() == nil:
-				g.rollback(ctx, tx.Tx)
+				g.rollback(ctx, tx.Tx, tx.mark)
 				close(rep.aborted)
 				r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
-				r.rerun = true
+				r.runAgain = true
 				return nil, nil, nil
 			}
 			close(rep.aborted)
@@ -508,7 +459,7 @@ func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (r
 			}
 			if optimistic {
 				r.settle(m, ferr)
-				r.rerun = true
+				r.runAgain = true
 				return nil, nil, nil
 			}
 			if !savepoints {

@@ -44,7 +44,7 @@ type attemptTx struct {
 func (a *attemptTx) close() {
 	if !a.finished {
 		a.finished = true
-		a.g.rollback(a.ctx, a.stx)
+		a.g.rollback(a.ctx, a.stx, a.tx.mark)
 	}
 	a.tx.finish()
 	a.g.open.leave(a.tx.key)
@@ -57,7 +57,7 @@ func (a *attemptTx) close() {
 func (a *attemptTx) rollback() {
 	if !a.finished {
 		a.finished = true
-		a.g.rollback(a.ctx, a.stx)
+		a.g.rollback(a.ctx, a.stx, a.tx.mark)
 	}
 }
 
@@ -86,6 +86,14 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper) (
 		return nil, fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}
 	tx := newTx(stx, key, g.resource(key), token, h.owner, n)
+	if connID != 0 {
+		tx.mark = lg.mark // marked by the commit that chained it
+	} else {
+		tx.mark = newSessionMark()
+	}
+	if lg != nil {
+		lg.mark = tx.mark
+	}
 	a = &attemptTx{g: g, ctx: ctx, stx: stx, tx: tx, lg: lg}
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	connID, err = g.claimSession(lctx, stx, tx, connID)

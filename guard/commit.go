@@ -27,7 +27,7 @@ func (a *attemptTx) commit(acquired time.Time, released *chan struct{}, st stepp
 	a.finished = true
 	start := st.now()
 	var cerr error
-	a.kept, cerr = g.commitLeg(a.ctx, tx.key, a.stx, a.lg, released)
+	a.kept, cerr = g.commitLeg(a.ctx, tx, a.lg, released)
 	if cerr != nil {
 		retry, err = g.commitFailed(a.ctx, tx, acquired, cerr)
 		st.step(StepCommit, tx.token, tx.attempt, start, err)
@@ -42,19 +42,21 @@ func (a *attemptTx) commit(acquired time.Time, released *chan struct{}, st stepp
 // (relaying, unless Options.NoRelay). When another caller of key is under way here, it
 // commits with COMMIT AND CHAIN and passes the new transaction on. kept
 // reports that lg is taken care of: the caller must not end it.
-func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg, released *chan struct{}) (kept bool, err error) {
+func (g *Guard) commitLeg(ctx context.Context, tx *Tx, lg *leg, released *chan struct{}) (kept bool, err error) {
+	key, stx := tx.key, tx.Tx
 	switch {
 	case lg != nil && g.reserve(key, lg):
 		// Another caller of the key is under way here: commit and begin its
 		// transaction in one round trip, and pass that on.
-		if err = commitSession(ctx, stx, true, g.mark); err != nil {
-			if end := g.rollbackGone(ctx, stx); errors.Is(err, errNotClaimingTx) {
+		next := newSessionMark()
+		if err = commitSession(ctx, stx, tx.mark, next); err != nil {
+			if end := g.rollbackGone(ctx, stx, tx.mark); errors.Is(err, errNotClaimingTx) {
 				err = &notClaimingError{err: err, end: end}
 			}
 			g.unreserve(key)
 			return false, err
 		}
-		lg.marked = true
+		lg.marked, lg.mark = true, next
 		if lg.unbind() {
 			g.passOn(ctx, key, lg, true)
 		} else {
@@ -63,12 +65,12 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 		}
 		return true, nil
 	case lg != nil:
-		if err = g.commit(ctx, stx, released, lg.end); err != nil {
+		if err = g.commit(ctx, stx, tx.mark, released, lg.end); err != nil {
 			lg.end()
 		}
 		return true, err
 	default:
-		return false, g.commit(ctx, stx, released, nil)
+		return false, g.commit(ctx, stx, tx.mark, released, nil)
 	}
 }
 
@@ -81,9 +83,9 @@ func (g *Guard) commitLeg(ctx context.Context, key string, stx *sqlx.Tx, lg *leg
 // that Do can unlock meanwhile, and which Do waits for while its ctx lasts
 // (awaitRelease). After a successful COMMIT, then (when not nil) runs once
 // the sql.Tx is released.
-func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, released *chan struct{}, then func()) error {
-	if err := commitSession(ctx, stx, false, g.mark); err != nil {
-		end := g.rollbackGone(ctx, stx)
+func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, mark string, released *chan struct{}, then func()) error {
+	if err := commitSession(ctx, stx, mark, ""); err != nil {
+		end := g.rollbackGone(ctx, stx, mark)
 		if errors.Is(err, errNotClaimingTx) {
 			return &notClaimingError{err: err, end: end}
 		}
@@ -123,19 +125,19 @@ func awaitRelease(ctx context.Context, released chan struct{}) bool {
 // database/sql rolls the transaction back and discards the connection on its
 // own; otherwise the ROLLBACK is a statement bound to ctx, so a connection
 // that stopped answering is closed when ctx ends.
-func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx) {
-	g.rollbackGone(ctx, stx)
+func (g *Guard) rollback(ctx context.Context, stx *sqlx.Tx, mark string) {
+	g.rollbackGone(ctx, stx, mark)
 }
 
 // rollbackGone is rollback, reporting whether the transaction that claimed
 // had already ended before it (see rollbackSession). When ctx has ended,
 // database/sql rolls back on its own and the server ends the session (see
 // session.go); gone is then false.
-func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx) (end ending) {
+func (g *Guard) rollbackGone(ctx context.Context, stx *sqlx.Tx, mark string) (end ending) {
 	if ctx.Err() != nil {
 		return ending{}
 	}
-	end, _ = rollbackSession(ctx, stx, g.mark)
+	end, _ = rollbackSession(ctx, stx, mark)
 	// Releases the sql.Tx: a ROLLBACK that finds no transaction, or nothing
 	// sent on a connection closed above.
 	_ = stx.Rollback()

@@ -31,7 +31,6 @@ type Guard struct {
 	batches batches   // callers combined per key (Options.MaxBatch)
 	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
 	open    openTxs   // keys whose transaction an attempt here has open (see spare.go)
-	mark    string    // the savepoint that marks this Guard's transactions (see session.go)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)
@@ -44,7 +43,7 @@ type Guard struct {
 //
 // The tables Do needs are created by migrations.Apply.
 func New(locker *redislock.Locker, db *sqlx.DB, opt *Options) *Guard {
-	g := &Guard{locker: locker, db: db, mark: newSessionMark()}
+	g := &Guard{locker: locker, db: db}
 	var o Options
 	if opt != nil {
 		o = *opt
@@ -291,7 +290,8 @@ func (g *Guard) hold(ctx context.Context, key string, lk *redislock.Lock, start 
 			}
 		}
 	}()
-	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner(), handOff: ho}, first, acquired, fn, released, tr)
+	w := &callWork{g: g, ctx: ctx, lctx: lctx, fn: fn, acquired: acquired, released: released, tr: tr}
+	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner(), handOff: ho}, first, w)
 }
 
 // holding is what a Do holds the key with: the lock's token and owner, or,
@@ -307,55 +307,99 @@ type holding struct {
 	claimStart time.Time
 }
 
-// attempts runs the transaction, from attempt number first, until it
+// work is what Guard.attempts runs: one caller's fn (callWork), or the
+// members of a batch (batchRun).
+type work interface {
+	// attempt runs attempt n, holding the key with h; retry reports
+	// whether a failure may be retried.
+	attempt(h holding, n int) (retry bool, err error)
+	// now is the time, for the start of a step (the zero time when no step
+	// is recorded).
+	now() time.Time
+	// steps records the steps of the work still waiting for a result.
+	steps() stepper
+	// rerun reports (and forgets) that the attempt rolled back to run the
+	// rest of the work again at once, which is not a failed attempt (a
+	// batch member's error, see batchRun.turns), and whether none is left.
+	rerun() (again, none bool)
+}
+
+// attempts runs w's transaction, from attempt number first, until it
 // commits, fails for good, or the retries are exhausted. again is the number
 // of the next attempt when it must run under a new turn of the lock, because
 // this turn was handed on at the claim; 0 otherwise.
-func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, acquired time.Time,
-	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
+func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work) (again int, err error) {
 	var made bool // the fence row was made once in this turn
-	for attempt, again := first, false; ; attempt++ {
-		if !again {
-			h.claimStart = tr.now()
+	for n, same := first, false; ; n++ {
+		if !same {
+			h.claimStart = w.now()
 		}
-		retry, err := g.attempt(ctx, lctx, h, attempt, acquired, fn, released, tr)
-		again = false
+		retry, err := w.attempt(h, n)
+		same = false
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
 			if err == nil {
 				// The same attempt, claiming again; its claim step counts
 				// from the first claim, making the row included.
-				attempt--
-				again = true
+				n--
+				same = true
 				continue
 			}
-			tr.step(StepClaim, h.token, attempt, h.claimStart, err)
+			w.steps().step(StepClaim, h.token, n, h.claimStart, err)
+		}
+		if rerun, none := w.rerun(); rerun {
+			switch {
+			case none:
+				return 0, nil
+			case h.handOff.handed():
+				// The next holder may have claimed the row meanwhile.
+				return n, nil
+			}
+			n--
+			continue
 		}
 		if err == nil || !retry {
-			if err != nil && g.againAfterFence(ctx, h, attempt, err) {
-				return attempt + 1, err
+			if err != nil && g.againAfterFence(ctx, h, n, err) {
+				return n + 1, err
 			}
 			return 0, err
 		}
-		if attempt >= g.opt.MaxAttempts {
-			return 0, fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, attempt, err)
+		if n >= g.opt.MaxAttempts {
+			return 0, fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, n, err)
 		}
-		g.opt.Logger.WarnContext(ctx, "guard: retrying transaction", "key", h.key, "token", h.token, "attempt", attempt, "err", err)
+		g.opt.Logger.WarnContext(ctx, "guard: retrying transaction", "key", h.key, "token", h.token, "attempt", n, "err", err)
 		if hook := g.opt.Hooks.OnRetry; hook != nil {
-			hook(h.key, attempt, err)
+			hook(h.key, n, err)
 		}
 		if h.handOff.handed() {
 			// The lock is on its way to the next holder, whose claim may
 			// already have taken the fence row: the same token would now be
 			// fenced, and no lock would keep fn apart from the next holder's.
 			// The next attempt waits for a new turn and token.
-			return attempt + 1, err
+			return n + 1, err
 		}
-		if serr := sleep(lctx, backoff(attempt, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
+		if serr := sleep(lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
 			return 0, errs.Join(err, g.lostOr(lctx, serr))
 		}
 	}
 }
+
+// callWork is the work of one caller's Do: its fn.
+type callWork struct {
+	g         *Guard
+	ctx, lctx context.Context
+	fn        func(context.Context, *Tx) error
+	acquired  time.Time
+	released  *chan struct{}
+	tr        *tracer
+}
+
+func (c *callWork) attempt(h holding, n int) (bool, error) {
+	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.released, c.tr)
+}
+func (c *callWork) now() time.Time            { return c.tr.now() }
+func (c *callWork) steps() stepper            { return c.tr }
+func (c *callWork) rerun() (again, none bool) { return false, false }
 
 // watch returns the ctx for fn: ctx, also cancelled as soon as lk is lost.
 // detach ends the watch and leaves lctx alone, for a lock handed on at the
@@ -505,7 +549,7 @@ func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(con
 // (see endedUnseen) or the lock was lost meanwhile.
 func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (retry bool, err error) {
 	a.finished = true
-	if end := g.rollbackGone(ctx, a.stx); end.gone {
+	if end := g.rollbackGone(ctx, a.stx, a.tx.mark); end.gone {
 		retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
 		return retry && lctx.Err() == nil, err
 	}

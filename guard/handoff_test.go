@@ -114,7 +114,7 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 }
 
 // chainCounter counts the commits that chain the next transaction
-// (CALL redfence_commit_chain()) written on a MySQL connection.
+// (CALL redfence_commit_relay()) written on a MySQL connection.
 type chainCounter struct {
 	netConn
 	n *atomic.Int64
@@ -122,7 +122,7 @@ type chainCounter struct {
 
 func (c *chainCounter) Write(p []byte) (int, error) {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
-	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), "CALL redfence_commit_chain('") {
+	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), "CALL redfence_commit_relay('") {
 		c.n.Add(1)
 	}
 	return c.netConn.Write(p)

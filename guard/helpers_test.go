@@ -219,12 +219,12 @@ func (c *faultConn) Close() error {
 func isCommit(p []byte) bool {
 	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and
 	// the text; Do commits with CALL redfence_commit('<mark>'), a relayed
-	// transaction with CALL redfence_commit_chain('<mark>').
+	// transaction with CALL redfence_commit_relay('<mark>', '<next>').
 	q := ""
 	if len(p) >= 5 && p[4] == 3 {
 		q = string(p[5:])
 	}
-	return strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_chain('")
+	return strings.HasPrefix(q, "CALL redfence_commit('") || strings.HasPrefix(q, "CALL redfence_commit_relay('")
 }
 
 func (c *faultConn) Write(p []byte) (int, error) {

@@ -107,6 +107,9 @@ type leg struct {
 	// did it), so that the next caller claims at once (see session.go).
 	connID uint64
 	marked bool
+	// mark is the name of the savepoint that marks the open transaction
+	// (see session.go), when marked.
+	mark string
 
 	since  time.Time       // when its connection left the pool
 	ctx    context.Context // the transaction's
@@ -116,7 +119,7 @@ type leg struct {
 
 func newLeg(ctx context.Context) *leg {
 	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l := &leg{ctx: c, cancel: cancel}
+	l := &leg{ctx: c, cancel: cancel, mark: newSessionMark()}
 	l.bind(ctx)
 	return l
 }
@@ -235,7 +238,7 @@ func (g *Guard) giveBack(ctx context.Context, r *relay, l *leg) {
 	}
 	rctx, cancel := context.WithTimeout(l.ctx, g.opt.UnlockTimeout)
 	defer cancel()
-	_, _ = rollbackSession(rctx, l.tx, g.mark)
+	_, _ = rollbackSession(rctx, l.tx, l.mark)
 	_ = l.tx.Rollback() // releases the sql.Tx; nothing is sent on a closed connection
 	l.end()
 }

@@ -43,18 +43,20 @@ import (
 )
 
 // The procedures take the name of the savepoint that marks the
-// transaction (sessionMark), which is the Guard's secret: fn cannot roll
-// back to it, make it again in a transaction of its own, or call the
-// procedures that do, since it does not know the name.
+// transaction (newSessionMark), drawn at random for each transaction and
+// never used again: fn cannot roll back to it or make it again in a
+// transaction of its own, since it does not know the name, and a name seen
+// once (in the process list, where the statements that carry it show while
+// they run) is of no use for another transaction.
 const (
 	sqlBeginClaim  = "CALL redfence_begin_claim('%s', X'%s')"
 	sqlCommit      = "CALL redfence_commit('%s')"
-	sqlCommitChain = "CALL redfence_commit_chain('%s')"
+	sqlCommitRelay = "CALL redfence_commit_relay('%s', '%s')"
 	sqlRollback    = "CALL redfence_rollback('%s')"
 )
 
-// newSessionMark returns a savepoint name for a Guard: random, so that no
-// statement of fn names it by chance or by design.
+// newSessionMark returns a savepoint name for one transaction: random, so
+// that no statement of fn names it by chance.
 func newSessionMark() string { return "redfence_" + newOpID() }
 
 // erSPDoesNotExist is ER_SP_DOES_NOT_EXIST: a savepoint (or a procedure)
@@ -108,7 +110,7 @@ func (g *Guard) claimSession(lctx context.Context, stx *sqlx.Tx, tx *Tx, connID 
 	if connID != 0 {
 		stop = g.killOnEnd(lctx, connID, settleGrace, false)
 	} else {
-		bc = &beginClaim{stx: stx, mark: g.mark}
+		bc = &beginClaim{stx: stx, mark: tx.mark}
 		q = bc
 		stop = g.killClaimOnEnd(lctx, tx.opID, settleGrace)
 	}
@@ -199,23 +201,48 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 // thread whose running statement holds opID, the attempt's operation id,
 // which only its claim holds. The thread shows either the claim statement
 // (an UPDATE of the fence table with opID in hexadecimal) or the CALL
-// around it (that text in hexadecimal once more). A server thread of the same user can see it without the
-// PROCESS privilege.
+// around it (that text in hexadecimal once more); a thread of the same
+// user can see it without the PROCESS privilege.
+//
+// The claim may reach the server after the caller gave up (a slow network,
+// a busy server), so the search goes on, at growing intervals, until it
+// found the thread or timeout passed, also after stop, which waits for the
+// first search (and its KILL) only. Only the claim shows opID, so a late
+// KILL can end nothing else.
 func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
 	inner := hex.EncodeToString([]byte(opID))
 	outer := hex.EncodeToString([]byte(inner))
 	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
 		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
 		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%')"
-	return onEnd(ctx, timeout, func(kctx context.Context) {
-		var ids []uint64
-		if err := g.db.SelectContext(kctx, &ids, find); err != nil {
-			return
-		}
-		for _, id := range ids {
-			_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(id, 10))
+	first := make(chan struct{}) // the first search, and its KILL, are done
+	after := context.AfterFunc(ctx, func() {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		searched := false
+		for wait := 5 * time.Millisecond; ; wait *= 2 {
+			var ids []uint64
+			_ = g.db.SelectContext(kctx, &ids, find)
+			for _, id := range ids {
+				_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(id, 10))
+			}
+			if !searched {
+				close(first)
+				searched = true
+			}
+			if len(ids) > 0 || sleep(kctx, wait) != nil {
+				return
+			}
 		}
 	})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if !after() {
+				<-first
+			}
+		})
+	}
 }
 
 // onEnd runs kill when ctx ends, on a ctx of its own bounded by timeout,
@@ -238,16 +265,18 @@ func onEnd(ctx context.Context, timeout time.Duration, kill func(context.Context
 	}
 }
 
-// commitSession commits stx if it is still the transaction beginSession
-// marked. A refusal because it is not comes back as an error wrapping
+// commitSession commits stx if it is still the transaction claimSession
+// marked with the savepoint mark. With next, it commits with COMMIT AND
+// CHAIN, and marks the new transaction with next. A refusal because it is
+// not the claiming transaction comes back as an error wrapping
 // errNotClaimingTx, with nothing committed; the session is still in the
-// state beginSession set, for rollbackSession to restore.
-func commitSession(ctx context.Context, stx *sqlx.Tx, chain bool, mark string) error {
-	q := sqlCommit
-	if chain {
-		q = sqlCommitChain
+// state claimSession set, for rollbackSession to restore.
+func commitSession(ctx context.Context, stx *sqlx.Tx, mark, next string) error {
+	q := fmt.Sprintf(sqlCommit, mark)
+	if next != "" {
+		q = fmt.Sprintf(sqlCommitRelay, mark, next)
 	}
-	_, err := stx.ExecContext(ctx, fmt.Sprintf(q, mark))
+	_, err := stx.ExecContext(ctx, q)
 	if notClaimingTx(err) {
 		return fmt.Errorf("%w: %w", errNotClaimingTx, err)
 	}

@@ -225,7 +225,7 @@ func (g *Guard) retryable(ctx context.Context, stx *sqlx.Tx, tx *Tx, cause error
 		}
 		return ctx.Err() == nil, false, nil
 	}
-	end := g.rollbackGone(ctx, stx)
+	end := g.rollbackGone(ctx, stx, tx.mark)
 	if !end.gone {
 		return ctx.Err() == nil, true, nil
 	}

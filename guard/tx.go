@@ -94,6 +94,7 @@ type Tx struct {
 	token    uint64
 	owner    string
 	opID     string
+	mark     string // the savepoint that marks the transaction (see session.go)
 	attempt  int
 
 	// txState is the transaction's, shared by the Tx of every member of a
@@ -219,7 +220,7 @@ func newTx(stx *sqlx.Tx, key, resource string, token uint64, owner string, attem
 // batch: its statements are refused once it is finished (when the member's
 // fn returns), while the transaction goes on for the next member.
 func (t *Tx) forMember() *Tx {
-	return &Tx{Tx: t.Tx, key: t.key, resource: t.resource, token: t.token, owner: t.owner, opID: t.opID, attempt: t.attempt, txState: t.txState}
+	return &Tx{Tx: t.Tx, key: t.key, resource: t.resource, token: t.token, owner: t.owner, opID: t.opID, mark: t.mark, attempt: t.attempt, txState: t.txState}
 }
 
 type txFailure struct {

@@ -7,12 +7,16 @@
 -- that LAST_INSERT_ID (0 when no fence row matched).
 -- SQL SECURITY INVOKER: claim runs with the privileges of the caller, never
 -- with those of whoever created the procedure, so calling it lets nobody do
--- more than they could with the statement itself.
-CREATE PROCEDURE redfence_begin_claim(IN sp VARCHAR(64), IN claim TEXT)
+-- more than they could with the statement itself. claim is ASCII (guard
+-- sends it as a hexadecimal literal), whatever the database's default
+-- character set. The session's autocommit is kept as 0 or 1, which is what
+-- redfence_commit and redfence_rollback compare it with (@@autocommit reads
+-- OFF or ON on MariaDB).
+CREATE PROCEDURE redfence_begin_claim(IN sp VARCHAR(64), IN claim TEXT CHARACTER SET ascii)
 SQL SECURITY INVOKER
 BEGIN
     IF @redfence_session IS NULL THEN
-        SET @redfence_session = CONCAT(@@autocommit, ',', @@completion_type);
+        SET @redfence_session = CONCAT(IF(@@autocommit, 1, 0), ',', @@completion_type);
     END IF;
     SET autocommit = 0, completion_type = 'RELEASE';
     EXECUTE IMMEDIATE CONCAT('SAVEPOINT ', sp);
