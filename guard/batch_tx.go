@@ -393,95 +393,128 @@ func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, fai
 // lctx is the members' ctx: it ends when the lock is lost or, after a
 // hand-off at the claim, when tx fails.
 func (r *batchRun) turns(open []*member, tx *Tx, n int, lctx context.Context) (ran []*member, failed *txFailure, causer *member) {
-	g, key, ctx := r.g, r.b.key, r.ctx
 	// One member needs no savepoint: its error rolls the transaction back.
-	savepoints := len(open) > 1 && (r.careful || g.opt.BatchSavepoints)
-	optimistic := len(open) > 1 && !savepoints
+	var md turnMode
+	md.savepoints = len(open) > 1 && (r.careful || r.g.opt.BatchSavepoints)
+	md.optimistic = len(open) > 1 && !md.savepoints
 	for _, m := range open {
 		if lctx.Err() != nil {
-			if f := tx.failure(); f != nil {
-				return ran, f, nil
-			}
-			return ran, nil, nil
+			return ran, tx.failure(), nil
 		}
-		var sp string
-		var spn int64
-		if savepoints {
-			spn = tx.savepoints.Add(1)
-			sp = "redfence_sp" + strconv.FormatInt(spn, 10)
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
-				return ran, r.broken(tx, fmt.Errorf("guard: %q: savepoint: %w", key, err)), nil
+		if md.savepoints {
+			if failed := r.savepoint(tx, &md); failed != nil {
+				return ran, failed, nil
 			}
 		}
 		rep, handed := r.handOver(m, tx, lctx)
+		var stop bool
 		switch {
 		case !handed:
 			continue
 		case rep.skipped:
-			r.settle(m, notAcquired(key, context.Cause(m.ctx)))
+			r.settle(m, notAcquired(r.b.key, context.Cause(m.ctx)))
 			continue
 		case rep.aborted != nil:
-			// The member is leaving with a panic: undo its work first.
-			switch {
-			case savepoints:
-				r.rollbackTo(tx, sp, spn)
-			case optimistic && tx.failure() == nil:
-				g.rollback(ctx, tx.Tx, tx.mark)
-				close(rep.aborted)
-				r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
-				r.runAgain = true
-				return nil, nil, nil
-			}
-			close(rep.aborted)
-			r.settle(m, fmt.Errorf("guard: %q: fn panicked", key))
-			if f := tx.failure(); f != nil || !savepoints {
-				if f == nil {
-					f = &txFailure{err: fmt.Errorf("guard: %q: fn panicked", key)}
-				}
-				return ran, f, nil
-			}
-			continue
-		}
-		tx.settleAfterFn(r.ctx, rep.err)
-		r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
-		if f := tx.failure(); f != nil {
-			if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {
-				// fn's own error is returned as it is, never retried; the
-				// others run again.
-				r.settle(m, g.lostOr(lctx, rep.err))
-			}
-			return ran, f, m
-		}
-		if rep.err != nil {
-			ferr := rep.err
-			if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
-				ferr = fmt.Errorf("%w (fn: %w)", cause, rep.err)
-			}
-			if optimistic {
-				r.settle(m, ferr)
-				r.runAgain = true
-				return nil, nil, nil
-			}
-			if !savepoints {
-				r.settle(m, ferr)
-				return ran, nil, nil
-			}
-			r.rollbackTo(tx, sp, spn)
+			stop, failed = r.panicked(m, tx, rep, md)
+		default:
+			tx.settleAfterFn(r.ctx, rep.err)
+			r.step([]*member{m}, StepFn, n, rep.start, fnStepErr(tx, rep.err))
 			if f := tx.failure(); f != nil {
-				r.settle(m, ferr)
-				return ran, f, nil
+				if f.retry && rep.err != nil && !errors.Is(rep.err, f.err) {
+					// fn's own error is returned as it is, never retried;
+					// the others run again.
+					r.settle(m, r.g.lostOr(lctx, rep.err))
+				}
+				return ran, f, m
 			}
-			r.settle(m, ferr)
-			continue
+			if rep.err != nil {
+				stop, failed = r.erred(m, tx, rep.err, lctx, md)
+				break
+			}
+			ran = append(ran, m)
+			// A statement that ended the transaction must not let the next
+			// member's work run outside it.
+			if err := tx.verify(r.ctx); err != nil {
+				return ran, r.broken(tx, err), m
+			}
 		}
-		ran = append(ran, m)
-		// A statement that ended the transaction must not let the next
-		// member's work run outside it.
-		if err := tx.verify(ctx); err != nil {
-			return ran, r.broken(tx, err), m
+		switch {
+		case stop && r.runAgain:
+			return nil, nil, nil
+		case stop:
+			return ran, failed, nil
 		}
 	}
 	return ran, nil, nil
+}
+
+// turnMode is how turns runs the members' fns: each inside a savepoint of
+// its own (sp, numbered spn, for the current member), or, optimistic,
+// without, rolling everything back when one fails.
+type turnMode struct {
+	savepoints, optimistic bool
+	sp                     string
+	spn                    int64
+}
+
+// savepoint sets the savepoint of the next member's turn in md.
+func (r *batchRun) savepoint(tx *Tx, md *turnMode) *txFailure {
+	md.spn = tx.savepoints.Add(1)
+	md.sp = "redfence_sp" + strconv.FormatInt(md.spn, 10)
+	if _, err := tx.ExecContext(r.ctx, "SAVEPOINT "+md.sp); err != nil {
+		return r.broken(tx, fmt.Errorf("guard: %q: savepoint: %w", r.b.key, err))
+	}
+	return nil
+}
+
+// panicked undoes the work of m, which is leaving with a panic (rep), and
+// settles it. stop says that turns must stop: with failed, or, when
+// r.runAgain is set, to run the others again.
+func (r *batchRun) panicked(m *member, tx *Tx, rep report, md turnMode) (stop bool, failed *txFailure) {
+	panicErr := fmt.Errorf("guard: %q: fn panicked", r.b.key)
+	switch {
+	case md.savepoints:
+		r.rollbackTo(tx, md.sp, md.spn)
+	case md.optimistic && tx.failure() == nil:
+		r.g.rollback(r.ctx, tx.Tx, tx.mark)
+		close(rep.aborted)
+		r.settle(m, panicErr)
+		r.runAgain = true
+		return true, nil
+	}
+	close(rep.aborted)
+	r.settle(m, panicErr)
+	if f := tx.failure(); f != nil || !md.savepoints {
+		if f == nil {
+			f = &txFailure{err: panicErr}
+		}
+		return true, f
+	}
+	return false, nil
+}
+
+// erred settles m, whose fn returned ferr, and undoes its work: by rolling
+// back to its savepoint, or, without one, by stopping the turns (as
+// panicked does).
+func (r *batchRun) erred(m *member, tx *Tx, ferr error, lctx context.Context, md turnMode) (stop bool, failed *txFailure) {
+	if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
+		ferr = fmt.Errorf("%w (fn: %w)", cause, ferr)
+	}
+	switch {
+	case md.optimistic:
+		r.settle(m, ferr)
+		r.runAgain = true
+		return true, nil
+	case !md.savepoints:
+		r.settle(m, ferr)
+		return true, nil
+	}
+	r.rollbackTo(tx, md.sp, md.spn)
+	r.settle(m, ferr)
+	if f := tx.failure(); f != nil {
+		return true, f
+	}
+	return false, nil
 }
 
 // handOver gives m its turn and waits for its report. handed is false when

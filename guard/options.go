@@ -568,6 +568,18 @@ func (o Options) withDefaults() (Options, error) {
 	case o.FallbackMaxWaitersPerKey < 0:
 		return bad("FallbackMaxWaitersPerKey", o.FallbackMaxWaitersPerKey, "must be >= 0")
 	}
+	o.fillDefaults()
+	o.Outage = OutageOptions{Fallback: o.Fallback, After: o.FallbackAfter, Retry: o.FallbackRetry,
+		ProbeAfter: o.FallbackProbeAfter, ProbeTimeout: o.FallbackProbeTimeout,
+		MaxWaiters: o.Outage.MaxWaiters, MaxWaitersPerKey: o.FallbackMaxWaitersPerKey}
+	o.Batch = BatchOptions{Max: o.MaxBatch, Savepoints: o.BatchSavepoints}
+	o.Succession = SuccessionOptions{HandOff: o.HandOff, NoRelay: o.NoRelay}
+	return o, nil
+}
+
+// fillDefaults sets every field left at zero to its default, but the
+// fallback's MaxWaiters, which depends on the pool (see withPool).
+func (o *Options) fillDefaults() {
 	if o.FallbackAfter == 0 {
 		o.FallbackAfter = defaultFallbackAfter
 	}
@@ -601,10 +613,4 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = warnlog.New()
 	}
-	o.Outage = OutageOptions{Fallback: o.Fallback, After: o.FallbackAfter, Retry: o.FallbackRetry,
-		ProbeAfter: o.FallbackProbeAfter, ProbeTimeout: o.FallbackProbeTimeout,
-		MaxWaiters: o.Outage.MaxWaiters, MaxWaitersPerKey: o.FallbackMaxWaitersPerKey}
-	o.Batch = BatchOptions{Max: o.MaxBatch, Savepoints: o.BatchSavepoints}
-	o.Succession = SuccessionOptions{HandOff: o.HandOff, NoRelay: o.NoRelay}
-	return o, nil
 }

@@ -332,25 +332,37 @@ func (g *Guard) takeLeg(ctx context.Context, key string) (*leg, error) {
 	relayed := make(chan *leg, 1)
 	if r.incoming > r.reliant() {
 		r.waiting = append(r.waiting, waiter{ch: relayed})
-		// A caller of key is committing one for this caller: wait for it
-		// rather than take a connection the key would then hold on to.
 		rs.mu.Unlock()
-		select {
-		case l := <-relayed:
-			if l != nil {
-				l.bind(ctx)
-				return l, nil
-			}
-			return g.beginLeg(ctx, key) // its COMMIT failed
-		case <-ctx.Done():
-			g.dropWaiter(ctx, key, r, relayed)
-			return nil, context.Cause(ctx)
-		}
+		return g.awaitRelayed(ctx, key, r, relayed)
 	}
 	r.waiting = append(r.waiting, waiter{ch: relayed, pooled: true})
-	r.pending++ // the pool request below, which may outlive this call
+	r.pending++ // the pool request of raceLeg, which may outlive this call
 	rs.mu.Unlock()
+	return g.raceLeg(ctx, key, r, relayed)
+}
 
+// awaitRelayed waits for the transaction a caller of key is committing for
+// this one (relayed), rather than take a connection the key would then
+// hold on to. relays.mu is not held.
+func (g *Guard) awaitRelayed(ctx context.Context, key string, r *relay, relayed chan *leg) (*leg, error) {
+	select {
+	case l := <-relayed:
+		if l != nil {
+			l.bind(ctx)
+			return l, nil
+		}
+		return g.beginLeg(ctx, key) // its COMMIT failed
+	case <-ctx.Done():
+		g.dropWaiter(ctx, key, r, relayed)
+		return nil, context.Cause(ctx)
+	}
+}
+
+// raceLeg takes whichever comes first: a transaction relayed by another
+// caller of key (relayed), or one begun on the pool. The loser is passed
+// on. relays.mu is not held; r.pending counts the pool request.
+func (g *Guard) raceLeg(ctx context.Context, key string, r *relay, relayed chan *leg) (*leg, error) {
+	rs := &g.relays
 	type begun struct {
 		l   *leg
 		err error
