@@ -1,5 +1,8 @@
 package guard
 
+// backoff.go owns the waits between attempts: jittered exponential
+// backoff, and a sleep that ends with its ctx.
+
 import (
 	"context"
 	"math/rand/v2"

@@ -1,5 +1,9 @@
 package guard
 
+// batch.go owns the joining of callers into batches (Options.Batch): a
+// caller of a key joins the batch that waits for the key's lock, and waits
+// for its turn, which batch_run.go gives it; nothing here runs SQL.
+
 import (
 	"context"
 	"errors"

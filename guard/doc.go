@@ -60,14 +60,20 @@
 //
 // # Options
 //
-// Options.HandOff sets when the lock passes to
-// the key's next waiter (at the claim, or at the transaction's end with
-// [HandOffAtEnd]); Options.MaxBatch lets the callers of a hot key in one
-// process share a transaction; Options.Fallback ([FallbackDatabase]) keeps
-// Do running on the database alone while Redis is down; Options.Hooks
-// reports every step for metrics and tracing. Called inside fn with fn's
-// ctx, Do on the same key joins the enclosing transaction, and on another
-// key runs a transaction of its own.
+// Options.Succession sets when the lock passes to the key's next waiter
+// (at the claim, or with [HandOffAtEnd] at the transaction's end);
+// Options.Batch lets the callers of a hot key in one process share a
+// transaction; Options.Outage keeps Do running on the database alone while
+// Redis is down; Options.Hooks reports every step. Called inside fn with
+// fn's ctx, Do on the same key joins the enclosing transaction.
+//
+// # How a Do runs
+//
+// In the source, in call order: do.go (input, nesting, the server check),
+// turn.go (the lock), attempt.go (the attempts), claim.go (begin and
+// claim), session.go (the server's proof of the transaction), tx.go (fn's
+// statements), commit.go, settle.go (what a failure means); beside them
+// relay.go, spare.go, batch.go, batch_run.go and fallback.go.
 //
 // How Do works and what each choice costs (the hand-off, relaying,
 // batching, the database fallback, Galera, nesting, fence rows and

@@ -1,5 +1,7 @@
 package guard
 
+// errors.go owns the errors Do returns, for errors.Is.
+
 import "errors"
 
 var (

@@ -1,5 +1,11 @@
 package guard
 
+// fallback.go owns database mode (Options.Outage): when Redis fails, the
+// switch to serialising a key's callers on the fence row alone, with a
+// minted token, and the way back. A call in database mode runs the same
+// attempts (attempt.go) as one under a Redis lock, holding a slot here
+// instead of a turn of the lock.
+
 import (
 	"context"
 	"crypto/rand"

@@ -1,5 +1,8 @@
 package guard
 
+// fencerow.go owns the making of a key's fence row, outside the
+// transaction that claims it, when the claim found none.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,9 @@
 package guard
 
+// handoff.go owns the hand-off of the lock at the claim: when the claim
+// holds the fence row, the Redis lock goes to the key's next waiter while
+// fn runs. It decides when, not what an attempt does.
+
 import (
 	"context"
 	"fmt"

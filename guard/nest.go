@@ -1,5 +1,9 @@
 package guard
 
+// nest.go owns a Do called inside fn: on the same key it joins the
+// enclosing call's transaction; on another key it is checked against the
+// pool's size.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,8 @@
 package guard
 
+// observe.go owns what a call reports to Options.Hooks: its steps and
+// its result.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,8 @@
 package guard
 
+// options.go owns Options: their documented defaults, their validation
+// (OptionError) and the deprecated flat fields that map to the groups.
+
 import (
 	"context"
 	"database/sql"

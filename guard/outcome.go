@@ -1,5 +1,7 @@
 package guard
 
+// outcome.go owns the outcome labels of a call's result, for metrics.
+
 import (
 	"context"
 	"errors"

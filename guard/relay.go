@@ -1,5 +1,10 @@
 package guard
 
+// relay.go owns where an attempt's transaction comes from when relaying
+// (the default): a transaction chained by the key's previous caller here,
+// or one begun on the pool, and where a chained one goes when its caller
+// leaves. It decides nothing about the attempt that runs in it.
+
 import (
 	"context"
 	"sync"

@@ -1,5 +1,9 @@
 package guard
 
+// settle.go owns what a failure means: whether a transaction that failed
+// may run again, and the outcome of one that ended unseen or whose COMMIT
+// lost its reply, read from the fence row. It commits nothing.
+
 import (
 	"context"
 	"database/sql"

@@ -1,5 +1,9 @@
 package guard
 
+// stmt.go owns the fast check of a statement fn sends: one that plainly
+// ends the transaction is refused before it is sent. Safety does not rest
+// on it (see session.go).
+
 import "strings"
 
 // stmtKind says what a statement may do to the transaction it runs in.

@@ -1,5 +1,9 @@
 package guard
 
+// tx.go owns Tx, the transaction fn receives: its statements, bound to
+// the call's ctx and refused once fn has returned, and the failures they
+// report to the attempt.
+
 import (
 	"context"
 	"database/sql"

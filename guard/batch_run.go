@@ -1,5 +1,10 @@
 package guard
 
+// batch_run.go owns the run of one batch: a turn of the key's lock for all
+// of its members, and the work (see attempt.go) whose attempts give each
+// member its turn in one transaction. The claim and the commit are the
+// steps every attempt shares (claim.go, commit.go).
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,10 @@
 package guard
 
+// check.go owns the check of the server Do runs on, made once per Guard
+// (or again after a failure): what the server is (a Galera node, a Group
+// Replication member in multi-primary mode), and whether the hand-off at
+// the claim and database mode are safe there. It runs no attempt.
+
 import (
 	"context"
 	"database/sql"

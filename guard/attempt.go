@@ -1,0 +1,215 @@
+package guard
+
+// attempt.go owns the attempts under one turn: the retry loop (attempts),
+// which one caller's Do, a batch (batch_run.go) and database mode share
+// through a work value, and one caller's attempt: claim (claim.go), fn,
+// the check of the transaction, commit (commit.go). What a failure means is
+// decided in settle.go; the loop retries only what it is told it may.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redfence/redfence/internal/errs"
+)
+
+// work is what Guard.attempts runs: one caller's fn (callWork), or the
+// members of a batch (batchRun).
+type work interface {
+	// attempt runs attempt n, holding the key with h; retry reports
+	// whether a failure may be retried.
+	attempt(h holding, n int) (retry bool, err error)
+	// now is the time, for the start of a step (the zero time when no step
+	// is recorded).
+	now() time.Time
+	// steps records the steps of the work still waiting for a result.
+	steps() stepper
+	// rerun reports (and forgets) that the attempt rolled back to run the
+	// rest of the work again at once, which is not a failed attempt (a
+	// batch member's error, see batchRun.turns), and whether none is left.
+	rerun() (again, none bool)
+}
+
+// attempts runs w's transaction, from attempt number first, until it
+// commits, fails for good, or the retries are exhausted. again is the number
+// of the next attempt when it must run under a new turn of the lock, because
+// this turn was handed on at the claim; 0 otherwise.
+func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work) (again int, err error) {
+	var made bool // the fence row was made once in this turn
+	for n, same := first, false; ; n++ {
+		if !same {
+			h.claimStart = w.now()
+		}
+		retry, err := w.attempt(h, n)
+		same = false
+		if nr := (noFenceRow{}); errors.As(err, &nr) {
+			retry, err = g.makeRow(lctx, h.key, nr, &made)
+			if err == nil {
+				// The same attempt, claiming again; its claim step counts
+				// from the first claim, making the row included.
+				n--
+				same = true
+				continue
+			}
+			w.steps().step(StepClaim, h.token, n, h.claimStart, err)
+		}
+		if rerun, none := w.rerun(); rerun {
+			switch {
+			case none:
+				return 0, nil
+			case h.handOff.handed():
+				// The next holder may have claimed the row meanwhile.
+				return n, nil
+			}
+			n--
+			continue
+		}
+		if err == nil || !retry {
+			if err != nil && g.againAfterFence(ctx, h, n, err) {
+				return n + 1, err
+			}
+			return 0, err
+		}
+		if n >= g.opt.MaxAttempts {
+			return 0, fmt.Errorf("guard: %q: giving up after %d attempts: %w", h.key, n, err)
+		}
+		g.opt.Logger.WarnContext(ctx, "guard: retrying transaction", "key", h.key, "token", h.token, "attempt", n, "err", err)
+		if hook := g.opt.Hooks.OnRetry; hook != nil {
+			hook(h.key, n, err)
+		}
+		if h.handOff.handed() {
+			// The lock is on its way to the next holder, whose claim may
+			// already have taken the fence row: the same token would now be
+			// fenced, and no lock would keep fn apart from the next holder's.
+			// The next attempt waits for a new turn and token.
+			return n + 1, err
+		}
+		if serr := sleep(lctx, backoff(n, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
+			return 0, errs.Join(err, g.lostOr(lctx, serr))
+		}
+	}
+}
+
+// callWork is the work of one caller's Do: its fn.
+type callWork struct {
+	g         *Guard
+	ctx, lctx context.Context
+	fn        func(context.Context, *Tx) error
+	acquired  time.Time
+	released  *chan struct{}
+	tr        *tracer
+}
+
+func (c *callWork) attempt(h holding, n int) (bool, error) {
+	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.released, c.tr)
+}
+
+func (c *callWork) now() time.Time { return c.tr.now() }
+
+func (c *callWork) steps() stepper { return c.tr }
+
+func (c *callWork) rerun() (again, none bool) { return false, false }
+
+// attempt runs one transaction. retry reports whether a failure may be
+// retried under the same lock.
+//
+// After a successful COMMIT, the sql.Tx is released on a goroutine (a
+// ROLLBACK that finds no transaction, see commit) so that the unlock need not
+// wait for it; *released is closed when that is done.
+func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
+	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
+	a, retry, err := g.claim(ctx, lctx, h, n, tr)
+	if a == nil {
+		return retry, err
+	}
+	defer a.close()
+	tx := a.tx
+	fctx := lctx
+	if h.handOff != nil || h.dbMode() {
+		// From here the fence row's lock keeps the next holder out, so the
+		// Redis lock goes to it now (in database mode there is none). What
+		// ends fn's right to run is then no longer a lost lease but the end
+		// of this transaction (a deadlock, a lost connection, a statement
+		// that ended it): the next holder's claim goes through at once, so
+		// fn's ctx ends with it.
+		h.handOff.release(ctx)
+		c, cancel := context.WithCancelCause(lctx)
+		defer cancel(nil)
+		tx.onFail = cancel
+		fctx = c
+	}
+	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
+	if f := tx.failure(); f != nil {
+		// A statement of this transaction failed in a way that leaves the
+		// transaction unusable. Only such failures are retried: an error of
+		// fn's own making, or of another transaction (a nested Do on another
+		// key), is returned as it is, whatever its class.
+		switch {
+		case !f.retry:
+			return false, withStatementErr(f.err, ferr)
+		case ferr != nil && !errors.Is(ferr, f.err):
+			return false, g.lostOr(lctx, ferr)
+		default:
+			retry, rolledBack, perr := g.retryable(ctx, a.stx, tx, f.err)
+			a.finished = a.finished || rolledBack
+			if perr != nil {
+				return false, perr
+			}
+			return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
+		}
+	}
+	if ferr != nil {
+		return g.fnFailed(ctx, lctx, a, ferr)
+	}
+	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
+		f := tx.failure()
+		if f != nil && f.retry {
+			return lctx.Err() == nil, g.lostOr(lctx, err)
+		}
+		if f != nil {
+			return false, err // an outcome: a lost lock must not hide it
+		}
+		return false, g.lostOr(lctx, err)
+	}
+	return a.commit(acquired, released, tr)
+}
+
+// runFn runs fn in a's transaction with fctx, and returns its error, or
+// the transaction's failure when fn stopped because fctx ended with it.
+func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(context.Context, *Tx) error, tr *tracer) error {
+	tx := a.tx
+	sctx := withScope(fctx, &scope{g: g, key: tx.key, tx: tx})
+	fstart := tr.now()
+	ferr := fn(sctx, tx)
+	tx.settleAfterFn(ctx, ferr)
+	if f := tx.failure(); f != nil && ferr != nil && fctx != lctx &&
+		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.first && ctx.Err() == nil {
+		// fn stopped because its ctx ended with the transaction.
+		ferr = f.err
+	}
+	if tr != nil {
+		serr := ferr
+		if f := tx.failure(); f != nil && serr == nil {
+			serr = f.err
+		}
+		tr.step(StepFn, tx.token, tx.attempt, fstart, serr)
+	}
+	return ferr
+}
+
+// fnFailed rolls a back after fn returned ferr, and tells what it means:
+// fn's error, unless the claiming transaction had already ended unseen
+// (see endedUnseen) or the lock was lost meanwhile.
+func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (retry bool, err error) {
+	a.finished = true
+	if end := g.rollbackGone(ctx, a.stx, a.tx.mark); end.gone {
+		retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
+		return retry && lctx.Err() == nil, err
+	}
+	if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
+		return false, fmt.Errorf("%w (fn: %w)", cause, ferr)
+	}
+	return false, ferr
+}
