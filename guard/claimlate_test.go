@@ -74,7 +74,7 @@ func (l *lagConn) Close() error {
 }
 
 // A claim that reaches the server only after its caller gave up (its
-// packet held back 300 ms, the caller's ctx ending after 100 ms) is ended
+// packet held back 150 ms, the caller's ctx ending after 100 ms) is ended
 // there too: it does not wait for the fence row, holding a connection slot
 // and the row's queue place, until innodb_lock_wait_timeout.
 func TestALateClaimOfACallerThatGaveUpIsEnded(t *testing.T) {
@@ -84,7 +84,7 @@ func TestALateClaimOfACallerThatGaveUpIsEnded(t *testing.T) {
 		dial: func(c net.Conn) net.Conn {
 			d := make(chan struct{})
 			once.Do(func() { d = delivered })
-			return newLagConn(c, 300*time.Millisecond, d)
+			return newLagConn(c, 150*time.Millisecond, d)
 		}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -205,10 +205,17 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 // user can see it without the PROCESS privilege.
 //
 // The claim may reach the server after the caller gave up (a slow network,
-// a busy server), so the search goes on, at growing intervals, until it
-// found the thread or timeout passed, also after stop, which waits for the
-// first search (and its KILL) only. Only the claim shows opID, so a late
-// KILL can end nothing else.
+// a busy server), so the search goes on at growing intervals, for about
+// 150ms (claimSearchWait) or until it found the thread, also after stop,
+// which waits for the first search (and its KILL) only. Only the claim
+// shows opID, so a late KILL can end nothing else. A claim that arrives
+// later still waits until innodb_lock_wait_timeout, and, should the fence
+// row come free first, holds it until the server finds its client gone.
+// claimSearchWait is the last interval between two searches of
+// killClaimOnEnd: 5, 10, ... 80ms, the last search about 150ms after the
+// first.
+const claimSearchWait = 80 * time.Millisecond
+
 func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
 	inner := hex.EncodeToString([]byte(opID))
 	outer := hex.EncodeToString([]byte(inner))
@@ -230,7 +237,7 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 				close(first)
 				searched = true
 			}
-			if len(ids) > 0 || sleep(kctx, wait) != nil {
+			if len(ids) > 0 || wait > claimSearchWait || sleep(kctx, wait) != nil {
 				return
 			}
 		}
