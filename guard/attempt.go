@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redfence/redfence/internal/errs"
+	"github.com/redfence/redfence/redislock"
 )
 
 // work is what Guard.attempts runs: one caller's fn (callWork), or the
@@ -96,10 +97,37 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work
 type callWork struct {
 	g         *Guard
 	ctx, lctx context.Context
+	key       string
 	fn        func(context.Context, *Tx) error
 	acquired  time.Time
 	released  *chan struct{}
 	tr        *tracer
+}
+
+func (c *callWork) granted(lk *redislock.Lock, start time.Time, lctx context.Context, _ *handOff, _ int) {
+	c.tr.step(StepLock, lk.Token(), 0, start, nil)
+	c.acquired, c.lctx = time.Now(), lctx
+	wait := c.acquired.Sub(start)
+	c.g.opt.Logger.DebugContext(c.ctx, "guard: lock acquired", "key", c.key, "token", lk.Token(), "wait", wait)
+	if h := c.g.opt.Hooks.OnAcquired; h != nil {
+		h(c.key, lk.Token(), wait)
+	}
+}
+
+func (c *callWork) notGranted(start time.Time, useDB bool, err error) error {
+	if useDB {
+		c.g.opt.Logger.DebugContext(c.ctx, "guard: Redis unavailable for this call", "key", c.key, "err", err)
+		return c.g.runDB(c.ctx, c.key, c.fn, c.tr)
+	}
+	err = fmt.Errorf("guard: lock %q: %w", c.key, err)
+	c.tr.step(StepLock, 0, 0, start, err)
+	return err
+}
+
+func (c *callWork) ended(_ int, err error) error { return err }
+
+func (c *callWork) unlocked(token uint64, start time.Time, err error) {
+	c.tr.step(StepUnlock, token, 0, start, err)
 }
 
 func (c *callWork) attempt(h holding, n int) (bool, error) {

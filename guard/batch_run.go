@@ -54,69 +54,16 @@ func (g *Guard) runBatch(b *batch) {
 		defer g.leaveRelay(b.ctx, b.key)
 	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
-	var uerr error
-	// A batch that handed the lock on at the claim and must run again takes
-	// a new turn (see attempts).
-	for turn, first := 0, 1; first > 0; turn++ {
-		lk, ok := r.lock()
-		if !ok {
-			return
-		}
-		var detach, stop func()
-		r.lctx, detach, stop = g.watch(r.ctx, lk)
-		r.ho = nil
-		if g.handsOffAtClaim() {
-			r.ho = newHandOff(g, lk, detach)
-			if turn > 0 {
-				// A new turn: batches formed behind this one wait for it
-				// to hand the lock on again.
-				g.batches.setHandedOff(g, b, false)
-			}
-		}
-		first = r.attempts(first)
-		stop()
-		ustart := time.Now()
-		if r.ho.handed() {
-			uerr = r.ho.wait()
-			ustart = r.ho.start
-		} else {
-			uerr = g.unlock(r.ctx, lk)
-		}
-		r.step(r.b.members, StepUnlock, 0, ustart, uerr)
-		if uerr != nil {
-			break
-		}
+	if _, uerr := g.turns(r.ctx, b.key, r); !b.delivered {
+		awaitRelease(r.ctx, r.released)
+		r.deliver(nil, uerr)
 	}
-	awaitRelease(r.ctx, r.released)
-	r.deliver(nil, uerr)
 }
 
-// lock takes a turn of the key's lock for the batch. When it fails, it
-// delivers every member's result and returns false.
-func (r *batchRun) lock() (*redislock.Lock, bool) {
+// granted, notGranted, ended and unlocked make a batchRun the work of
+// Guard.turns.
+func (r *batchRun) granted(lk *redislock.Lock, start time.Time, lctx context.Context, ho *handOff, n int) {
 	g, key := r.g, r.b.key
-	start := time.Now()
-	var lk *redislock.Lock
-	var err error
-	if g.fb != nil {
-		lk, err = g.fb.lock(r.ctx, key)
-		if err != nil && r.ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
-			g.opt.Logger.Debug("guard: Redis unavailable for this batch", "key", key, "err", err)
-			g.batches.mu.Lock()
-			r.b.closed = true
-			g.batches.mu.Unlock()
-			r.deliver(errUseDatabase, nil)
-			return nil, false
-		}
-	} else {
-		lk, err = g.locker.Lock(r.ctx, key)
-	}
-	if err != nil {
-		err = fmt.Errorf("guard: lock %q: %w", key, err)
-		r.grant(0, err)
-		r.deliver(err, nil)
-		return nil, false
-	}
 	r.acquired = time.Now()
 	r.token, r.owner = lk.Token(), lk.Owner()
 	r.grant(r.token, nil)
@@ -124,7 +71,39 @@ func (r *batchRun) lock() (*redislock.Lock, bool) {
 	if h := g.opt.Hooks.OnAcquired; h != nil {
 		h(key, r.token, r.acquired.Sub(start))
 	}
-	return lk, true
+	r.lctx, r.ho = lctx, ho
+	if ho != nil && n > 0 {
+		// A new turn: batches formed behind this one wait for it to hand
+		// the lock on again.
+		g.batches.setHandedOff(g, r.b, false)
+	}
+}
+
+func (r *batchRun) notGranted(_ time.Time, useDB bool, err error) error {
+	g, key := r.g, r.b.key
+	if useDB {
+		g.opt.Logger.Debug("guard: Redis unavailable for this batch", "key", key, "err", err)
+		g.batches.mu.Lock()
+		r.b.closed = true
+		g.batches.mu.Unlock()
+		r.deliver(errUseDatabase, nil)
+		return nil
+	}
+	err = fmt.Errorf("guard: lock %q: %w", key, err)
+	r.grant(0, err)
+	r.deliver(err, nil)
+	return nil
+}
+
+func (r *batchRun) ended(again int, err error) error {
+	if err != nil && again == 0 {
+		r.settleOpen(err)
+	}
+	return nil
+}
+
+func (r *batchRun) unlocked(_ uint64, start time.Time, err error) {
+	r.step(r.b.members, StepUnlock, 0, start, err)
 }
 
 // grant closes the batch to new members and records each member's lock
@@ -236,20 +215,6 @@ func (r *batchRun) deliver(err, uerr error) {
 	if uerr != nil && committed {
 		r.g.opt.Logger.Warn("guard: unlock failed; the lock expires with its lease", "key", r.b.key, "token", r.token, "err", uerr)
 	}
-}
-
-// attempts runs the batch's transaction from attempt number first until
-// every member has a result (see Guard.attempts, which retries it as it
-// does one caller's). again is the number of the next attempt when it must
-// run under a new turn of the lock, because this turn was handed on at the
-// claim; 0 otherwise.
-func (r *batchRun) attempts(first int) (again int) {
-	h := holding{key: r.b.key, token: r.token, owner: r.owner, handOff: r.ho}
-	again, err := r.g.attempts(r.ctx, r.lctx, h, first, r)
-	if err != nil && again == 0 {
-		r.settleOpen(err)
-	}
-	return again
 }
 
 // now, steps, rerun and attempt make a batchRun the work of

@@ -427,7 +427,7 @@ func (g *Guard) runDB(ctx context.Context, key string, fn func(context.Context, 
 	tr.step(StepLock, 0, 0, start, nil)
 	g.opt.Logger.DebugContext(ctx, "guard: database mode", "key", key)
 	var released chan struct{}
-	w := &callWork{g: g, ctx: ctx, lctx: ctx, fn: fn, acquired: time.Now(), released: &released, tr: tr}
+	w := &callWork{g: g, ctx: ctx, lctx: ctx, key: key, fn: fn, acquired: time.Now(), released: &released, tr: tr}
 	_, err := g.attempts(ctx, ctx, holding{key: key, owner: f.owner}, 1, w)
 	// The key is held until the transaction's connection is back (the fence
 	// row's lock ends with it) and the slot is given up: that is the unlock

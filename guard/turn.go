@@ -17,90 +17,112 @@ import (
 	"github.com/redfence/redfence/redislock"
 )
 
-// run holds the lock of key for the attempts of one Do. Usually one turn of
-// the lock serves them all; when the lock is handed on at the claim, an attempt that
-// fails after its turn was passed on takes a new turn for the next one.
+// run runs one caller's fn under turns of key's lock (see turns), or in
+// database mode when Redis is unavailable.
 func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
 	// A committed transaction's connection is released while the lock is
 	// released (see commit); Do returns after both.
 	var released chan struct{}
 	defer func() { awaitRelease(ctx, released) }()
-	for first := 1; ; {
+	w := &callWork{g: g, ctx: ctx, key: key, fn: fn, released: &released, tr: tr}
+	err, uerr := g.turns(ctx, key, w)
+	switch {
+	case uerr == nil:
+	case err != nil:
+		// No new turn after a failed unlock: the lock would only come back
+		// when its lease expires.
+		err = errs.Join(err, uerr)
+	default:
+		// Committed (or panicking): reporting the failed unlock as Do's
+		// error would invite a retry that applies the work twice. The lock
+		// expires with its lease.
+		g.opt.Logger.WarnContext(ctx, "guard: unlock failed; the lock expires with its lease", "key", key, "err", uerr)
+	}
+	return err
+}
+
+// turnWork is work that runs under turns of its key's lock: one caller's
+// (callWork) or a batch's (batchRun).
+type turnWork interface {
+	work
+	// granted records the grant of turn n (from 0) of the lock lk, after
+	// waiting since start, and sets the work up for it: lctx ends when lk
+	// is lost; ho, when not nil, hands lk on at the claim.
+	granted(lk *redislock.Lock, start time.Time, lctx context.Context, ho *handOff, n int)
+	// notGranted ends the work when the lock was not granted: err, or,
+	// with useDB, Redis unavailable (see lockTurn). It returns the work's
+	// error.
+	notGranted(start time.Time, useDB bool, err error) error
+	// ended takes the result of a turn's attempts and returns the error to
+	// report for it.
+	ended(again int, err error) error
+	// unlocked records the end of a turn, whose unlock (or hand-off)
+	// started at start.
+	unlocked(token uint64, start time.Time, err error)
+}
+
+// turns runs w under turns of key's lock until it is done. Usually one
+// turn serves every attempt; when the lock was handed on at the claim, an
+// attempt that must run again takes a new turn, after a backoff. uerr is a
+// failed unlock, after which no new turn is taken.
+func (g *Guard) turns(ctx context.Context, key string, w turnWork) (err, uerr error) {
+	for n, first := 0, 1; ; n++ {
 		start := time.Now()
-		// Lock returns by the time ctx ends even when Redis does not answer,
-		// and passes on a grant that raced with the end of ctx.
-		var lk *redislock.Lock
-		var err error
-		if g.fb != nil {
-			lk, err = g.fb.lock(ctx, key)
-			if err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err)) {
-				g.opt.Logger.DebugContext(ctx, "guard: Redis unavailable for this call", "key", key, "err", err)
-				return g.runDB(ctx, key, fn, tr)
-			}
-		} else {
-			lk, err = g.locker.Lock(ctx, key)
+		lk, useDB, lerr := g.lockTurn(ctx, key)
+		if lerr != nil {
+			return w.notGranted(start, useDB, lerr), nil
 		}
-		if err != nil {
-			err = fmt.Errorf("guard: lock %q: %w", key, err)
-			tr.step(StepLock, 0, 0, start, err)
-			return err
-		}
-		again, err := g.hold(ctx, key, lk, start, first, fn, &released, tr)
-		if again == 0 {
-			return err
+		var again int
+		again, err, uerr = g.holdTurn(ctx, lk, start, n, first, w)
+		if again == 0 || uerr != nil {
+			return err, uerr
 		}
 		if serr := sleep(ctx, backoff(again-1, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			return errs.Join(err, serr)
+			return errs.Join(err, serr), nil
 		}
 		first = again
 	}
 }
 
-// hold runs attempts from number first under one turn of the lock lk,
-// granted after waiting since start, and unlocks. again is the number of the
-// next attempt when one must run under a new turn (the lock was handed on at
-// the claim, see handOff), 0 when the Do is over.
-func (g *Guard) hold(ctx context.Context, key string, lk *redislock.Lock, start time.Time, first int,
-	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (again int, err error) {
-	log := g.opt.Logger
-	tr.step(StepLock, lk.Token(), 0, start, nil)
-	acquired := time.Now()
-	token := lk.Token()
-	log.DebugContext(ctx, "guard: lock acquired", "key", key, "token", token, "wait", acquired.Sub(start))
-	if h := g.opt.Hooks.OnAcquired; h != nil {
-		h(key, token, acquired.Sub(start))
+// lockTurn takes a turn of key's lock. Lock returns by the time ctx ends
+// even when Redis does not answer, and passes on a grant that raced with
+// the end of ctx. With the database fallback, useDB says that the lock
+// failed because Redis is unavailable, while ctx lasts.
+func (g *Guard) lockTurn(ctx context.Context, key string) (lk *redislock.Lock, useDB bool, err error) {
+	if g.fb == nil {
+		lk, err = g.locker.Lock(ctx, key)
+		return lk, false, err
 	}
+	lk, err = g.fb.lock(ctx, key)
+	useDB = err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err))
+	return lk, useDB, err
+}
+
+// holdTurn runs w's attempts from number first under lk, turn n, and ends
+// the turn: unlock, or wait for the hand-off at the claim to end. again is
+// the number of the next attempt when one must run under a new turn, 0
+// when w is done.
+func (g *Guard) holdTurn(ctx context.Context, lk *redislock.Lock, start time.Time, n, first int, w turnWork) (again int, err, uerr error) {
 	lctx, detach, stop := g.watch(ctx, lk)
 	var ho *handOff
 	if g.handsOffAtClaim() {
 		ho = newHandOff(g, lk, detach)
 	}
-	defer func() {
+	w.granted(lk, start, lctx, ho, n)
+	defer func() { // on panics too
 		stop()
-		ustart := tr.now()
-		var uerr error
+		ustart := w.now()
 		if ho.handed() {
 			uerr = ho.wait()
 			ustart = ho.start
 		} else {
 			uerr = g.unlock(ctx, lk)
 		}
-		tr.step(StepUnlock, token, 0, ustart, uerr)
-		if uerr != nil {
-			if err != nil {
-				// No new turn after a failed unlock: the lock would only
-				// come back when its lease expires.
-				again, err = 0, errs.Join(err, uerr)
-			} else {
-				// Committed (or panicking): reporting the failed unlock as
-				// Do's error would invite a retry that applies the work
-				// twice. The lock expires with its lease.
-				log.WarnContext(ctx, "guard: unlock failed; the lock expires with its lease", "key", key, "token", token, "err", uerr)
-			}
-		}
+		w.unlocked(lk.Token(), ustart, uerr)
 	}()
-	w := &callWork{g: g, ctx: ctx, lctx: lctx, fn: fn, acquired: acquired, released: released, tr: tr}
-	return g.attempts(ctx, lctx, holding{key: key, token: token, owner: lk.Owner(), handOff: ho}, first, w)
+	h := holding{key: lk.Key(), token: lk.Token(), owner: lk.Owner(), handOff: ho}
+	again, err = g.attempts(ctx, lctx, h, first, w)
+	return again, w.ended(again, err), nil
 }
 
 // holding is what a Do holds the key with: the lock's token and owner, or,
