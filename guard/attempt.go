@@ -154,20 +154,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	}
 	defer a.close()
 	tx := a.tx
-	fctx := lctx
-	if h.handOff != nil || h.dbMode() {
-		// From here the fence row's lock keeps the next holder out, so the
-		// Redis lock goes to it now (in database mode there is none). What
-		// ends fn's right to run is then no longer a lost lease but the end
-		// of this transaction (a deadlock, a lost connection, a statement
-		// that ended it): the next holder's claim goes through at once, so
-		// fn's ctx ends with it.
-		h.handOff.release(ctx)
-		c, cancel := context.WithCancelCause(lctx)
-		defer cancel(nil)
-		tx.onFail = cancel
-		fctx = c
-	}
+	fctx := a.handOn(ctx, lctx, h.handOff, h.dbMode())
 	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
 	if f := tx.failure(); f != nil {
 		// A statement of this transaction failed in a way that leaves the

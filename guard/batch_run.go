@@ -258,18 +258,13 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 	}
 	defer a.close()
 	tx := a.tx
-	fctx := lctx
-	if r.ho != nil && !r.ho.handed() {
-		// As for one caller (see Guard.attempt): the fence row's lock keeps
-		// the next holder out from here, so the Redis lock goes on now, and
-		// the next batch starts its turn. fn's ctx ends with the
-		// transaction rather than with the lease.
-		r.ho.release(ctx)
-		g.batches.setHandedOff(g, r.b, true)
-		c, cancel := context.WithCancelCause(lctx)
-		defer cancel(nil)
-		tx.onFail = cancel
-		fctx = c
+	ho := r.ho
+	if ho.handed() {
+		ho = nil
+	}
+	fctx := a.handOn(ctx, lctx, ho, false)
+	if ho != nil {
+		g.batches.setHandedOff(g, r.b, true) // the next batch starts its turn
 	}
 	ran, failed, causer := r.turns(open, tx, n, fctx)
 	switch {

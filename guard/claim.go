@@ -1,8 +1,9 @@
 package guard
 
 // claim.go owns the first step of an attempt, for one caller and for a
-// batch alike: begin the attempt's transaction (from the pool, or relayed)
-// and claim the key's fence row in it. It returns the open transaction, or
+// batch alike: begin the attempt's transaction (from the pool, or relayed),
+// claim the key's fence row in it, and, once the claim holds the row, pass
+// the lock on (handOn, see handoff.go). It returns the open transaction, or
 // the claim's failure as a value for the attempt loop to decide on (a
 // missing fence row, a stale token, a retryable error); it runs no fn and
 // commits nothing.
@@ -36,12 +37,35 @@ type attemptTx struct {
 	kept bool
 	// finished: committed, or rolled back.
 	finished bool
+	// cancel ends fn's ctx, when handOn made it.
+	cancel context.CancelCauseFunc
+}
+
+// handOn passes the lock on (ho), now that the claim holds the fence row,
+// and returns the ctx for fn. From here the fence row's lock keeps the next
+// holder out, so the Redis lock goes to it now (in database mode, dbMode,
+// there is none). What ends fn's right to run is then no longer a lost
+// lease but the end of this transaction (a deadlock, a lost connection, a
+// statement that ended it): the next holder's claim goes through at once,
+// so fn's ctx ends with it. Without either, fn's ctx is lctx.
+func (a *attemptTx) handOn(ctx, lctx context.Context, ho *handOff, dbMode bool) context.Context {
+	if ho == nil && !dbMode {
+		return lctx
+	}
+	ho.release(ctx)
+	c, cancel := context.WithCancelCause(lctx)
+	a.cancel = cancel
+	a.tx.onFail = cancel
+	return c
 }
 
 // close ends what a is still responsible for: it rolls the transaction
 // back unless it was finished, and ends the leg unless it was kept. It runs
 // on every path, panics included.
 func (a *attemptTx) close() {
+	if a.cancel != nil {
+		a.cancel(nil)
+	}
 	if !a.finished {
 		a.finished = true
 		a.g.rollback(a.ctx, a.stx, a.tx.mark)
