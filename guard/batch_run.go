@@ -55,9 +55,11 @@ func (g *Guard) runBatch(b *batch) {
 	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
 	if _, uerr := g.turns(r.ctx, b.key, r); !b.delivered {
-		awaitRelease(r.ctx, r.released)
 		r.deliver(nil, uerr)
 	}
+	// The members have their results; the runner holds the batch until the
+	// committed transaction's connection is back (see commit).
+	awaitRelease(r.ctx, r.released)
 }
 
 // granted, notGranted, ended and unlocked make a batchRun the work of

@@ -80,7 +80,9 @@ func (g *Guard) commitLeg(ctx context.Context, tx *Tx, lg *leg, released *chan s
 // the connection and the outcome is settled from the fence row. After a
 // successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
 // finds no transaction; that runs on a goroutine which closes *released, so
-// that Do can unlock meanwhile, and which Do waits for while its ctx lasts
+// that Do returns without waiting for it (the connection is back in the
+// pool a round trip later), while a batch's runner and database mode, which
+// must hold the key until the connection is back, wait for it
 // (awaitRelease). After a successful COMMIT, then (when not nil) runs once
 // the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, mark string, released *chan struct{}, then func()) error {

@@ -20,10 +20,9 @@ import (
 // run runs one caller's fn under turns of key's lock (see turns), or in
 // database mode when Redis is unavailable.
 func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
-	// A committed transaction's connection is released while the lock is
-	// released (see commit); Do returns after both.
+	// A committed transaction's connection is released after Do returns
+	// (see commit): its ROLLBACK is not on the caller's path.
 	var released chan struct{}
-	defer func() { awaitRelease(ctx, released) }()
 	w := &callWork{g: g, ctx: ctx, key: key, fn: fn, released: &released, tr: tr}
 	err, uerr := g.turns(ctx, key, w)
 	switch {
