@@ -102,6 +102,19 @@ type callWork struct {
 	acquired  time.Time
 	released  *chan struct{}
 	tr        *tracer
+	// early is the transaction begun while the first lock request was in
+	// flight (see early.go), or nil.
+	early *early
+}
+
+func (c *callWork) lockOptions(n int) []redislock.LockOption {
+	if n > 0 {
+		return nil
+	}
+	if c.early = c.g.beginEarly(c.ctx, c.key); c.early == nil {
+		return nil
+	}
+	return []redislock.LockOption{redislock.WithQueued(c.early.giveBack)}
 }
 
 func (c *callWork) granted(lk *redislock.Lock, start time.Time, lctx context.Context, _ *handOff, _ int) {
@@ -115,6 +128,7 @@ func (c *callWork) granted(lk *redislock.Lock, start time.Time, lctx context.Con
 }
 
 func (c *callWork) notGranted(start time.Time, useDB bool, err error) error {
+	c.early.giveBack()
 	if useDB {
 		c.g.opt.Logger.DebugContext(c.ctx, "guard: Redis unavailable for this call", "key", c.key, "err", err)
 		return c.g.runDB(c.ctx, c.key, c.fn, c.tr)
@@ -124,13 +138,17 @@ func (c *callWork) notGranted(start time.Time, useDB bool, err error) error {
 	return err
 }
 
-func (c *callWork) ended(_ int, err error) error { return err }
+func (c *callWork) ended(_ int, err error) error {
+	c.early.giveBack() // not taken: the first attempt never began
+	return err
+}
 
 func (c *callWork) unlocked(token uint64, start time.Time, err error) {
 	c.tr.step(StepUnlock, token, 0, start, err)
 }
 
 func (c *callWork) attempt(h holding, n int) (bool, error) {
+	h.early = c.early
 	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.released, c.tr)
 }
 

@@ -62,8 +62,10 @@ func (g *Guard) runBatch(b *batch) {
 	awaitRelease(r.ctx, r.released)
 }
 
-// granted, notGranted, ended and unlocked make a batchRun the work of
-// Guard.turns.
+// lockOptions, granted, notGranted, ended and unlocked make a batchRun the
+// work of Guard.turns.
+func (r *batchRun) lockOptions(int) []redislock.LockOption { return nil }
+
 func (r *batchRun) granted(lk *redislock.Lock, start time.Time, lctx context.Context, ho *handOff, n int) {
 	g, key := r.g, r.b.key
 	r.acquired = time.Now()

@@ -105,7 +105,10 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper) (
 	if lctx.Err() != nil {
 		return nil, false, g.lostOr(lctx, context.Cause(lctx))
 	}
-	stx, lg, connID, err := g.begin(ctx, key)
+	stx, lg, connID, err, ok := h.early.take()
+	if !ok {
+		stx, lg, connID, err = g.begin(ctx, key)
+	}
 	if err != nil {
 		return nil, fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
 	}

@@ -176,7 +176,7 @@ func (f *fallback) changed(from, to gobreaker.State) {
 // lock takes the Redis lock through the breaker. It returns errUseDatabase
 // (wrapped) when Do must run in database mode instead: the breaker is open,
 // a half-open probe is already under way, or it opened during the wait.
-func (f *fallback) lock(ctx context.Context, key string) (*redislock.Lock, error) {
+func (f *fallback) lock(ctx context.Context, key string, opts ...redislock.LockOption) (*redislock.Lock, error) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := new(int)
@@ -226,7 +226,7 @@ func (f *fallback) lock(ctx context.Context, key string) (*redislock.Lock, error
 		return nil, errUseDatabase
 	}
 	lk, err := f.cb.Execute(func() (*redislock.Lock, error) {
-		return f.g.locker.Lock(lctx, key)
+		return f.g.locker.Lock(lctx, key, opts...)
 	})
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):

@@ -44,6 +44,8 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 // (callWork) or a batch's (batchRun).
 type turnWork interface {
 	work
+	// lockOptions returns the options of the lock request of turn n.
+	lockOptions(n int) []redislock.LockOption
 	// granted records the grant of turn n (from 0) of the lock lk, after
 	// waiting since start, and sets the work up for it: lctx ends when lk
 	// is lost; ho, when not nil, hands lk on at the claim.
@@ -67,7 +69,7 @@ type turnWork interface {
 func (g *Guard) turns(ctx context.Context, key string, w turnWork) (err, uerr error) {
 	for n, first := 0, 1; ; n++ {
 		start := time.Now()
-		lk, useDB, lerr := g.lockTurn(ctx, key)
+		lk, useDB, lerr := g.lockTurn(ctx, key, w.lockOptions(n)...)
 		if lerr != nil {
 			return w.notGranted(start, useDB, lerr), nil
 		}
@@ -87,12 +89,12 @@ func (g *Guard) turns(ctx context.Context, key string, w turnWork) (err, uerr er
 // even when Redis does not answer, and passes on a grant that raced with
 // the end of ctx. With the database fallback, useDB says that the lock
 // failed because Redis is unavailable, while ctx lasts.
-func (g *Guard) lockTurn(ctx context.Context, key string) (lk *redislock.Lock, useDB bool, err error) {
+func (g *Guard) lockTurn(ctx context.Context, key string, opts ...redislock.LockOption) (lk *redislock.Lock, useDB bool, err error) {
 	if g.fb == nil {
-		lk, err = g.locker.Lock(ctx, key)
+		lk, err = g.locker.Lock(ctx, key, opts...)
 		return lk, false, err
 	}
-	lk, err = g.fb.lock(ctx, key)
+	lk, err = g.fb.lock(ctx, key, opts...)
 	useDB = err != nil && ctx.Err() == nil && (errors.Is(err, errUseDatabase) || redisFailure(err))
 	return lk, useDB, err
 }
@@ -131,6 +133,7 @@ type holding struct {
 	token   uint64
 	owner   string
 	handOff *handOff // nil unless the lock is passed on at the claim
+	early   *early   // a transaction begun ahead of the grant, for the first attempt
 	// claimStart is the start of the attempt's claim step, set by attempts:
 	// an attempt that runs again after its claim found no fence row (see
 	// makeRow) keeps the start of its first claim.

@@ -20,6 +20,9 @@ type attempt struct {
 	id    string // acquisition id; also the queue entry's id
 	owner string
 	lease *leaseSpec
+	// queued, when set, is called once the first request queued the
+	// caller (see WithQueued).
+	queued func()
 	// leaving is set once the queue clean-up (leave) has been handed to the
 	// background.
 	leaving bool
@@ -115,6 +118,9 @@ func (a *attempt) wait(ctx context.Context) (*Lock, error) {
 	}
 	if r.granted {
 		return a.finish(ctx, r.token, sent.Add(r.pttl), a.handedOver(r))
+	}
+	if a.queued != nil {
+		a.queued()
 	}
 	// lastDenied is when the last "not granted" answer was requested: any
 	// hand-off to us happened after it, so its lease runs at least until

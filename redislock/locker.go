@@ -186,7 +186,7 @@ func (l *Locker) lock(ctx context.Context, key string, try bool, opts []LockOpti
 	if err := ctx.Err(); err != nil {
 		return nil, errs.Join(ErrNotAcquired, err)
 	}
-	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease}
+	a := &attempt{l: l, key: key, k: l.keys(key), id: l.newID(), owner: cfg.owner, lease: lease, queued: cfg.queued}
 	if !cfg.ownerSet {
 		a.owner = a.id
 	}

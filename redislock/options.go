@@ -208,6 +208,7 @@ type lockConfig struct {
 	ownerSet bool
 	lease    time.Duration
 	leaseSet bool
+	queued   func()
 }
 
 // WithOwner makes the acquisition belong to owner. Acquisitions with the same
@@ -221,6 +222,17 @@ type lockConfig struct {
 // reentrant.
 func WithOwner(owner string) LockOption {
 	return func(c *lockConfig) { c.owner, c.ownerSet = owner, true }
+}
+
+// WithQueued makes Lock call f, once, when its first request to Redis
+// finds the lock taken and queues the caller, before Lock waits for its
+// turn. f is not called when the lock is granted at once, when the first
+// request fails, or by TryLock. It runs on the caller's goroutine and must
+// not block: it lets a caller that prepared for an immediate grant (a
+// database connection taken while the request was in flight, say) give
+// that back while it waits.
+func WithQueued(f func()) LockOption {
+	return func(c *lockConfig) { c.queued = f }
 }
 
 // WithLease gives the acquisition a lease of d instead of Options.LeaseTTL:
