@@ -117,9 +117,11 @@ func (c *callWork) lockOptions(n int) []redislock.LockOption {
 	return []redislock.LockOption{redislock.WithQueued(c.early.giveBack)}
 }
 
-func (c *callWork) granted(lk *redislock.Lock, start time.Time, lctx context.Context, _ *handOff, _ int) {
+func (c *callWork) hold(lctx context.Context, _ *handOff, _ int) { c.lctx = lctx }
+
+func (c *callWork) granted(lk *redislock.Lock, start time.Time, _ int) {
 	c.tr.step(StepLock, lk.Token(), 0, start, nil)
-	c.acquired, c.lctx = time.Now(), lctx
+	c.acquired = time.Now()
 	wait := c.acquired.Sub(start)
 	c.g.opt.Logger.DebugContext(c.ctx, "guard: lock acquired", "key", c.key, "token", lk.Token(), "wait", wait)
 	if h := c.g.opt.Hooks.OnAcquired; h != nil {

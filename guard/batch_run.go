@@ -54,19 +54,19 @@ func (g *Guard) runBatch(b *batch) {
 		defer g.leaveRelay(b.ctx, b.key)
 	}
 	r := &batchRun{g: g, b: b, ctx: b.ctx}
+	// The runner holds the batch until the committed transaction's
+	// connection is back (see commit), or every member has left.
 	if _, uerr := g.turns(r.ctx, b.key, r); !b.delivered {
+		awaitRelease(r.ctx, r.released)
 		r.deliver(nil, uerr)
 	}
-	// The members have their results; the runner holds the batch until the
-	// committed transaction's connection is back (see commit).
-	awaitRelease(r.ctx, r.released)
 }
 
 // lockOptions, granted, notGranted, ended and unlocked make a batchRun the
 // work of Guard.turns.
 func (r *batchRun) lockOptions(int) []redislock.LockOption { return nil }
 
-func (r *batchRun) granted(lk *redislock.Lock, start time.Time, lctx context.Context, ho *handOff, n int) {
+func (r *batchRun) granted(lk *redislock.Lock, start time.Time, _ int) {
 	g, key := r.g, r.b.key
 	r.acquired = time.Now()
 	r.token, r.owner = lk.Token(), lk.Owner()
@@ -75,11 +75,14 @@ func (r *batchRun) granted(lk *redislock.Lock, start time.Time, lctx context.Con
 	if h := g.opt.Hooks.OnAcquired; h != nil {
 		h(key, r.token, r.acquired.Sub(start))
 	}
+}
+
+func (r *batchRun) hold(lctx context.Context, ho *handOff, n int) {
 	r.lctx, r.ho = lctx, ho
 	if ho != nil && n > 0 {
 		// A new turn: batches formed behind this one wait for it to hand
 		// the lock on again.
-		g.batches.setHandedOff(g, r.b, false)
+		r.g.batches.setHandedOff(r.g, r.b, false)
 	}
 }
 

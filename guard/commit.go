@@ -81,9 +81,9 @@ func (g *Guard) commitLeg(ctx context.Context, tx *Tx, lg *leg, released *chan s
 // successful COMMIT the sql.Tx still has to be released, with a ROLLBACK that
 // finds no transaction; that runs on a goroutine which closes *released, so
 // that Do returns without waiting for it (the connection is back in the
-// pool a round trip later), while a batch's runner and database mode, which
-// must hold the key until the connection is back, wait for it
-// (awaitRelease). After a successful COMMIT, then (when not nil) runs once
+// pool a round trip later), while a batch's runner (whose members leave
+// once it has delivered) and database mode, which must hold the key until
+// the connection is back, wait for it (awaitRelease). After a successful COMMIT, then (when not nil) runs once
 // the sql.Tx is released.
 func (g *Guard) commit(ctx context.Context, stx *sqlx.Tx, mark string, released *chan struct{}, then func()) error {
 	if err := commitSession(ctx, stx, mark, ""); err != nil {

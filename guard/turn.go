@@ -47,9 +47,11 @@ type turnWork interface {
 	// lockOptions returns the options of the lock request of turn n.
 	lockOptions(n int) []redislock.LockOption
 	// granted records the grant of turn n (from 0) of the lock lk, after
-	// waiting since start, and sets the work up for it: lctx ends when lk
-	// is lost; ho, when not nil, hands lk on at the claim.
-	granted(lk *redislock.Lock, start time.Time, lctx context.Context, ho *handOff, n int)
+	// waiting since start (OnAcquired).
+	granted(lk *redislock.Lock, start time.Time, n int)
+	// hold sets the work up for turn n: lctx ends when the lock is lost;
+	// ho, when not nil, hands the lock on at the claim.
+	hold(lctx context.Context, ho *handOff, n int)
 	// notGranted ends the work when the lock was not granted: err, or,
 	// with useDB, Redis unavailable (see lockTurn). It returns the work's
 	// error.
@@ -78,8 +80,10 @@ func (g *Guard) turns(ctx context.Context, key string, w turnWork) (err, uerr er
 		if again == 0 || uerr != nil {
 			return err, uerr
 		}
-		if serr := sleep(ctx, backoff(again-1, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
-			return errs.Join(err, serr), nil
+		if err != nil { // a failed attempt backs off; a batch's rerun of its other members does not
+			if serr := sleep(ctx, backoff(again-1, g.opt.BackoffMin, g.opt.BackoffMax, jitter())); serr != nil {
+				return errs.Join(err, serr), nil
+			}
 		}
 		first = again
 	}
@@ -104,12 +108,13 @@ func (g *Guard) lockTurn(ctx context.Context, key string, opts ...redislock.Lock
 // the number of the next attempt when one must run under a new turn, 0
 // when w is done.
 func (g *Guard) holdTurn(ctx context.Context, lk *redislock.Lock, start time.Time, n, first int, w turnWork) (again int, err, uerr error) {
+	w.granted(lk, start, n) // before the watch: OnAcquired comes before OnLost
 	lctx, detach, stop := g.watch(ctx, lk)
 	var ho *handOff
 	if g.handsOffAtClaim() {
 		ho = newHandOff(g, lk, detach)
 	}
-	w.granted(lk, start, lctx, ho, n)
+	w.hold(lctx, ho, n)
 	defer func() { // on panics too
 		stop()
 		ustart := w.now()
