@@ -122,6 +122,11 @@
 //     range read met after rows streamed. No buy whose fn ended its
 //     transaction may be reported committed, and no write after the end
 //     may apply.
+//   - early-begin (scenario_earlybegin_test.go): four instances with small
+//     pools buy through a Redis that answers late, so that calls begin
+//     their transactions beside their lock requests and give them back
+//     when queued, while Redis is cut off twice and MySQL slows down; after
+//     the load every connection of every pool must be back.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to
