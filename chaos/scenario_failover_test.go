@@ -14,7 +14,7 @@ import (
 // holder's claim reach the database, which must reject it. Buying goes on
 // through the new primary.
 func TestScenarioFailoverLostGrant(t *testing.T) {
-	e := newEnv(t, "failover-lost-grant", 400)
+	e := newEnv(t, "failover-lost-grant", 2000)
 	tp := StartTopology(t)
 	ctx := ctxT(t, 90*time.Second)
 

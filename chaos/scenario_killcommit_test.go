@@ -24,7 +24,7 @@ import (
 // transaction ends (guard.HandOffAtEnd, no relaying), so no newer claim can
 // land before Do settles the outcome.
 func TestScenarioKillDuringCommit(t *testing.T) {
-	runKillDuringCommit(t, newEnv(t, "kill-during-commit", 400), true)
+	runKillDuringCommit(t, newEnv(t, "kill-during-commit", 2000), true)
 }
 
 // Scenario 5b: as scenario 5, with the defaults, which hand the lock on at
@@ -34,7 +34,7 @@ func TestScenarioKillDuringCommit(t *testing.T) {
 // definite outcome: nil for a COMMIT that did not apply, ErrNotCommitted
 // for one that did.
 func TestScenarioKillDuringCommitHandOff(t *testing.T) {
-	runKillDuringCommit(t, newEnv(t, "kill-during-commit-handoff", 400), false)
+	runKillDuringCommit(t, newEnv(t, "kill-during-commit-handoff", 2000), false)
 }
 
 // runKillDuringCommit runs the kill-during-commit scenarios on e; atEnd

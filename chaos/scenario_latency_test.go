@@ -18,7 +18,7 @@ import (
 // its next renewal), another client commits with a newer token, and the
 // held statements are released: the late claim and write must not apply.
 func TestScenarioDatabaseLatency(t *testing.T) {
-	e := newEnv(t, "db-latency", 400)
+	e := newEnv(t, "db-latency", 2000)
 	srv := testenv.RedisServer(t)
 	ctx := ctxT(t, 120*time.Second)
 	mpx := NewProxy(t, "slow-mysql", e.mysqlAddr())

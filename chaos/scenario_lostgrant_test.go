@@ -34,7 +34,9 @@ type lostGrant struct {
 // newLostGrant sets up a lost-grant scenario; atEnd runs every Guard with
 // guard.HandOffAtEnd and no relaying instead of the defaults.
 func newLostGrant(t *testing.T, name string, atEnd bool) *lostGrant {
-	e := newEnv(t, name, 400)
+	// Stock for every window of buying the scenarios run, at the rate of
+	// the fastest client, so that no round finds it sold out.
+	e := newEnv(t, name, 2000)
 	srv := testenv.RedisServer(t)
 	olderDB := e.open(e.dsn) // a pool of its own, so that killing its connection touches nobody else
 	locks := fastLocks

@@ -21,7 +21,7 @@ import (
 // the defaults a holder gives the lock up at its claim and no longer needs
 // Redis, so there is no loss to notice while it holds.
 func TestScenarioRedisPartition(t *testing.T) {
-	e := newEnv(t, "redis-partition", 400)
+	e := newEnv(t, "redis-partition", 2000)
 	ctx := ctxT(t, 90*time.Second)
 	lo := fastLocks
 	lo.atEnd = true
@@ -143,7 +143,7 @@ func TestScenarioRedisPartition(t *testing.T) {
 // accepted (the transaction was fenced and committed), and the others must
 // get the lock within about a lease.
 func TestScenarioRedisPartitionAtHandOff(t *testing.T) {
-	e := newEnv(t, "redis-partition-handoff", 400)
+	e := newEnv(t, "redis-partition-handoff", 2000)
 	ctx := ctxT(t, 90*time.Second)
 	lo := fastLocks
 	_, px, victim, load := partitionSetup(t, e, "victim-redis-handoff", lo)

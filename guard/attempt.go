@@ -114,7 +114,7 @@ func (c *callWork) lockOptions(n int) []redislock.LockOption {
 	if c.early = c.g.beginEarly(c.ctx, c.key); c.early == nil {
 		return nil
 	}
-	return []redislock.LockOption{redislock.WithQueued(c.early.giveBack)}
+	return []redislock.LockOption{redislock.WithQueued(c.early.queuedBack)}
 }
 
 func (c *callWork) hold(lctx context.Context, _ *handOff, _ int) { c.lctx = lctx }
@@ -123,6 +123,7 @@ func (c *callWork) granted(lk *redislock.Lock, start time.Time, _ int) {
 	c.tr.step(StepLock, lk.Token(), 0, start, nil)
 	c.acquired = time.Now()
 	wait := c.acquired.Sub(start)
+	c.early.granted(wait)
 	c.g.opt.Logger.DebugContext(c.ctx, "guard: lock acquired", "key", c.key, "token", lk.Token(), "wait", wait)
 	if h := c.g.opt.Hooks.OnAcquired; h != nil {
 		h(c.key, lk.Token(), wait)

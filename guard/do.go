@@ -106,6 +106,8 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 			g.relays.enter(key)
 			defer g.leaveRelay(ctx, key)
 		}
+		g.calls.enter(key)
+		defer g.calls.leave(key)
 		err = g.run(ctx, key, fn, tr)
 	}
 	tr.done(err)

@@ -11,9 +11,24 @@ package guard
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
+
+// An early transaction waits for the lock's grant at most twice as long as
+// the last grant given at once took (Guard.grantTime), within these bounds:
+// a Redis that answers late (or not at all) must not keep a connection of
+// the pool from the callers that need one.
+const (
+	earlyHoldMin = 20 * time.Millisecond
+	earlyHoldMax = 250 * time.Millisecond
+)
+
+// earlyHold returns how long an early transaction waits for the grant.
+func (g *Guard) earlyHold() time.Duration {
+	return min(max(2*time.Duration(g.grantTime.Load()), earlyHoldMin), earlyHoldMax)
+}
 
 // early is a transaction begun for key ahead of the lock's grant.
 type early struct {
@@ -26,20 +41,26 @@ type early struct {
 	lg     *leg
 	connID uint64
 	err    error
+	timer  *time.Timer // gives the transaction back after Guard.earlyHold
 
-	mu   sync.Mutex
-	used bool // taken by the first attempt, or given back
+	mu     sync.Mutex
+	used   bool // taken by the first attempt, or given back
+	queued bool // Redis queued the call (see queuedBack)
 }
 
 // beginEarly begins a transaction for key on a goroutine, unless another
-// call of key is under way in this process: that one's transaction (or
-// batch) would be relayed to this call, or its claim would keep this one
-// waiting anyway.
+// call of key is under way in this process (its transaction would be
+// relayed to this call, or its claim would keep this one waiting anyway,
+// and the pool's last connection may be the one it needs, see spare.go),
+// or the Guard is in database mode, where no lock request goes out.
 func (g *Guard) beginEarly(ctx context.Context, key string) *early {
-	if !g.quiet(key) {
+	if g.calls.others(key) || (g.fb != nil && g.fb.open()) {
 		return nil
 	}
 	e := &early{g: g, ctx: ctx, key: key, done: make(chan struct{})}
+	e.mu.Lock() // the timer may fire before beginEarly returns
+	e.timer = time.AfterFunc(g.earlyHold(), e.giveBack)
+	e.mu.Unlock()
 	go func() {
 		defer close(e.done)
 		e.stx, e.lg, e.connID, e.err = g.begin(ctx, key)
@@ -47,19 +68,59 @@ func (g *Guard) beginEarly(ctx context.Context, key string) *early {
 	return e
 }
 
-// quiet reports whether no other call of key is under way in this process.
-func (g *Guard) quiet(key string) bool {
-	if g.open.ended(key) != nil {
-		return false
+// keyCalls counts the calls of each key under way in this process (a
+// batch counts as one).
+type keyCalls struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (k *keyCalls) enter(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys == nil {
+		k.keys = make(map[string]int)
 	}
-	if !g.relaying() {
-		return true
+	k.keys[key]++
+}
+
+func (k *keyCalls) leave(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys[key]--; k.keys[key] <= 0 {
+		delete(k.keys, key)
 	}
-	rs := &g.relays
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	r := rs.keys[key]
-	return r == nil || r.refs <= 1
+}
+
+// others reports whether a call of key other than the caller's is under
+// way.
+func (k *keyCalls) others(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.keys[key] > 1
+}
+
+// granted records how long the grant took, when it came at once (the call
+// was not queued): the time an early transaction should wait for it.
+func (e *early) granted(wait time.Duration) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	queued := e.queued
+	e.mu.Unlock()
+	if !queued {
+		e.g.grantTime.Store(int64(wait))
+	}
+}
+
+// queuedBack gives the transaction back because Redis queued the call
+// (redislock.WithQueued).
+func (e *early) queuedBack() {
+	e.mu.Lock()
+	e.queued = true
+	e.mu.Unlock()
+	e.giveBack()
 }
 
 // take returns the early transaction for the first attempt, as begin
@@ -75,6 +136,7 @@ func (e *early) take() (stx *sqlx.Tx, lg *leg, connID uint64, err error, ok bool
 		return nil, nil, 0, nil, false
 	}
 	e.used = true
+	e.timer.Stop()
 	e.mu.Unlock()
 	<-e.done
 	return e.stx, e.lg, e.connID, e.err, true

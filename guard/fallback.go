@@ -176,6 +176,10 @@ func (f *fallback) changed(from, to gobreaker.State) {
 // lock takes the Redis lock through the breaker. It returns errUseDatabase
 // (wrapped) when Do must run in database mode instead: the breaker is open,
 // a half-open probe is already under way, or it opened during the wait.
+// open reports whether the Guard is in database mode: the breaker is not
+// closed.
+func (f *fallback) open() bool { return f.cb.State() != gobreaker.StateClosed }
+
 func (f *fallback) lock(ctx context.Context, key string, opts ...redislock.LockOption) (*redislock.Lock, error) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 
@@ -31,7 +32,11 @@ type Guard struct {
 	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
 	batches batches   // callers combined per key (Options.MaxBatch)
 	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
-	open    openTxs   // keys whose transaction an attempt here has open (see spare.go)
+	calls   keyCalls  // calls of a key under way here without batching (see early.go)
+	// grantTime is how long, in ns, the last lock grant that came while an
+	// early transaction waited for it took (see early.go).
+	grantTime atomic.Int64
+	open      openTxs // keys whose transaction an attempt here has open (see spare.go)
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)

@@ -24,6 +24,7 @@ func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *T
 	// (see commit): its ROLLBACK is not on the caller's path.
 	var released chan struct{}
 	w := &callWork{g: g, ctx: ctx, key: key, fn: fn, released: &released, tr: tr}
+	defer func() { w.early.giveBack() }() // not taken: a hook panicked, say
 	err, uerr := g.turns(ctx, key, w)
 	switch {
 	case uerr == nil:
