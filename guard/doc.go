@@ -70,8 +70,8 @@
 // # How a Do runs
 //
 // In the source, in call order: do.go (input, nesting, the server check),
-// turn.go (the lock; early.go begins beside it), attempt.go (the
-// attempts), claim.go (begin and claim), session.go (the server's proof of the transaction), tx.go (fn's
+// turn.go (the lock; early.go begins beside it), attempt.go, claim.go,
+// session.go (the server's proof of the transaction), tx.go (fn's
 // statements), commit.go, settle.go (what a failure means); beside them
 // relay.go, spare.go, batch.go, batch_run.go and fallback.go.
 //
