@@ -11,6 +11,7 @@ package guard
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -52,9 +53,11 @@ type early struct {
 // call of key is under way in this process (its transaction would be
 // relayed to this call, or its claim would keep this one waiting anyway,
 // and the pool's last connection may be the one it needs, see spare.go),
-// or the Guard is in database mode, where no lock request goes out.
+// a call of key was queued lately (a key contended across processes would
+// pay a BEGIN and a ROLLBACK per call for nothing), or the Guard is in
+// database mode, where no lock request goes out.
 func (g *Guard) beginEarly(ctx context.Context, key string) *early {
-	if g.calls.others(key) || (g.fb != nil && g.fb.open()) {
+	if g.calls.others(key) || g.queued.lately(key) || (g.fb != nil && g.fb.open()) {
 		return nil
 	}
 	e := &early{g: g, ctx: ctx, key: key, done: make(chan struct{})}
@@ -66,6 +69,32 @@ func (g *Guard) beginEarly(ctx context.Context, key string) *early {
 		e.stx, e.lg, e.connID, e.err = g.begin(ctx, key)
 	}()
 	return e
+}
+
+// queuedKeys remembers, per slot of a small table that keys hash into,
+// when a call was last queued by Redis: a key found contended begins no
+// early transaction for queuedFor. Keys that share a slot share the
+// memory, which costs them an early BEGIN now and then, never safety.
+type queuedKeys [256]atomic.Int64
+
+// queuedFor is how long a key found contended begins no early
+// transaction.
+const queuedFor = time.Second
+
+// queuedSlot hashes key (FNV-1a) to its slot.
+func queuedSlot(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return int(h % uint32(len(queuedKeys{})))
+}
+
+func (q *queuedKeys) mark(key string) { q[queuedSlot(key)].Store(time.Now().UnixNano()) }
+
+func (q *queuedKeys) lately(key string) bool {
+	at := q[queuedSlot(key)].Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < queuedFor
 }
 
 // keyCalls counts the calls of each key under way in this process (a
@@ -120,6 +149,7 @@ func (e *early) queuedBack() {
 	e.mu.Lock()
 	e.queued = true
 	e.mu.Unlock()
+	e.g.queued.mark(e.key)
 	e.giveBack()
 }
 

@@ -304,3 +304,56 @@ func TestNoEarlyTransactionBesideAQueuedCallOfTheKey(t *testing.T) {
 		t.Errorf("B: %v", err)
 	}
 }
+
+// A key whose call Redis queued lately is contended: its next calls begin
+// no transaction ahead of the grant (they would pay a BEGIN and a ROLLBACK
+// for nothing), while other keys still do.
+func TestAContendedKeyBeginsNoEarlyTransaction(t *testing.T) {
+	log := &beginLog{}
+	e := newEnv(t, envConfig{dial: log.wrap})
+	slow := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return slowReads{Conn: c, d: 30 * time.Millisecond}, nil
+		}})
+	t.Cleanup(func() { _ = slow.Close() })
+	lk := redislock.New(slow, &redislock.Options{Prefix: e.prefix})
+	t.Cleanup(func() { _ = lk.Close() })
+	var granted time.Time
+	g := guard.New(lk, e.db, &guard.Options{Hooks: guard.Hooks{OnAcquired: func(string, uint64, time.Duration) { granted = time.Now() }}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inc := func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }
+	for _, key := range []string{"hot", "cold"} { // make the fence rows
+		must(t, g.Do(ctx, key, inc))
+	}
+	// Another process holds "hot": a call of it is queued.
+	other := redislock.New(e.rdb, &redislock.Options{Prefix: e.prefix})
+	t.Cleanup(func() { _ = other.Close() })
+	held, err := other.Lock(ctx, "hot")
+	must(t, err)
+	done := make(chan error, 1)
+	go func() { done <- g.Do(ctx, "hot", inc) }()
+	waitFor(t, "the call to wait in the lock's queue", func() bool {
+		info, err := redislock.Inspect(ctx, e.rdb, e.prefix, "hot")
+		return err == nil && len(info.Queue) == 1
+	})
+	must(t, held.Unlock(ctx))
+	must(t, <-done)
+
+	log.reset()
+	must(t, g.Do(ctx, "hot", inc))
+	if began := log.first(); began.Before(granted) {
+		t.Fatalf("a call of a key queued lately began its transaction at %v, before the grant at %v",
+			began.Format("15:04:05.000000"), granted.Format("15:04:05.000000"))
+	}
+	log.reset()
+	must(t, g.Do(ctx, "cold", inc))
+	if began := log.first(); !began.Before(granted) {
+		t.Fatalf("a call of another key began its transaction at %v, not before the grant at %v",
+			began.Format("15:04:05.000000"), granted.Format("15:04:05.000000"))
+	}
+}

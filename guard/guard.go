@@ -29,10 +29,11 @@ type Guard struct {
 	err    error // set by New when the Guard is unusable
 
 	dbCheck dbCheck
-	fb      *fallback // nil unless Options.Fallback is FallbackDatabase
-	batches batches   // callers combined per key (Options.MaxBatch)
-	relays  relays    // connections passed between callers of a key (unless Options.NoRelay)
-	calls   keyCalls  // calls of a key under way here without batching (see early.go)
+	fb      *fallback  // nil unless Options.Fallback is FallbackDatabase
+	batches batches    // callers combined per key (Options.MaxBatch)
+	relays  relays     // connections passed between callers of a key (unless Options.NoRelay)
+	calls   keyCalls   // calls of a key under way here without batching (see early.go)
+	queued  queuedKeys // when calls of a key were last queued by Redis (see early.go)
 	// grantTime is how long, in ns, the last lock grant that came while an
 	// early transaction waited for it took (see early.go).
 	grantTime atomic.Int64
