@@ -157,46 +157,40 @@ func (e *early) queuedBack() {
 // would, once its BEGIN has returned; ok is false when there is none (e is
 // nil, or it was given back).
 func (e *early) take() (stx *sqlx.Tx, lg *leg, connID uint64, err error, ok bool) {
-	if e == nil {
+	if !e.use() {
 		return nil, nil, 0, nil, false
 	}
-	e.mu.Lock()
-	if e.used {
-		e.mu.Unlock()
-		return nil, nil, 0, nil, false
-	}
-	e.used = true
 	e.timer.Stop()
-	e.mu.Unlock()
 	<-e.done
 	return e.stx, e.lg, e.connID, e.err, true
+}
+
+// use reports whether the caller is the first to take or give back e.
+func (e *early) use() bool {
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	first := !e.used
+	e.used = true
+	return first
 }
 
 // giveBack ends the early transaction unless an attempt took it: on a
 // goroutine, once its BEGIN has returned, it is rolled back and its
 // connection goes back to the pool. It may be called more than once.
 func (e *early) giveBack() {
-	if e == nil {
+	if !e.use() {
 		return
 	}
-	e.mu.Lock()
-	if e.used {
-		e.mu.Unlock()
-		return
-	}
-	e.used = true
-	e.mu.Unlock()
 	go func() {
 		<-e.done
 		if e.err != nil {
 			return
 		}
-		mark := ""
-		if e.lg != nil && e.connID != 0 {
-			mark = e.lg.mark // chained by the key's previous call: restore its session
-		}
-		if mark != "" {
-			e.g.rollback(e.ctx, e.stx, mark)
+		if e.connID != 0 { // a leg chained by the key's previous call: restore its session
+			e.g.rollback(e.ctx, e.stx, e.lg.mark)
 		} else {
 			_ = e.stx.Rollback()
 		}

@@ -27,6 +27,24 @@ func (c slowReads) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// slowLocker returns a Locker (with prefix) whose Redis replies arrive d
+// late.
+func slowLocker(t *testing.T, prefix string, d time.Duration) *redislock.Locker {
+	t.Helper()
+	slow := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(),
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return slowReads{Conn: c, d: d}, nil
+		}})
+	t.Cleanup(func() { _ = slow.Close() })
+	lk := redislock.New(slow, &redislock.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = lk.Close() })
+	return lk
+}
+
 // beginLog records when START TRANSACTION is written on the connections it
 // wraps.
 type beginLog struct {
@@ -80,17 +98,7 @@ func TestUncontendedBeginOverlapsTheLockRequest(t *testing.T) {
 		t.Run(map[bool]string{false: "relaying", true: "no-relay"}[opt.Succession.NoRelay], func(t *testing.T) {
 			log := &beginLog{}
 			e := newEnv(t, envConfig{dial: log.wrap, guard: &opt})
-			slow := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(),
-				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-					if err != nil {
-						return nil, err
-					}
-					return slowReads{Conn: c, d: 30 * time.Millisecond}, nil
-				}})
-			t.Cleanup(func() { _ = slow.Close() })
-			lk := redislock.New(slow, &redislock.Options{Prefix: testenv.Prefix(t)})
-			t.Cleanup(func() { _ = lk.Close() })
+			lk := slowLocker(t, testenv.Prefix(t), 30*time.Millisecond)
 			var granted time.Time
 			o := opt
 			o.Hooks.OnAcquired = func(string, uint64, time.Duration) { granted = time.Now() }
@@ -311,17 +319,7 @@ func TestNoEarlyTransactionBesideAQueuedCallOfTheKey(t *testing.T) {
 func TestAContendedKeyBeginsNoEarlyTransaction(t *testing.T) {
 	log := &beginLog{}
 	e := newEnv(t, envConfig{dial: log.wrap})
-	slow := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(),
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return slowReads{Conn: c, d: 30 * time.Millisecond}, nil
-		}})
-	t.Cleanup(func() { _ = slow.Close() })
-	lk := redislock.New(slow, &redislock.Options{Prefix: e.prefix})
-	t.Cleanup(func() { _ = lk.Close() })
+	lk := slowLocker(t, e.prefix, 30*time.Millisecond)
 	var granted time.Time
 	g := guard.New(lk, e.db, &guard.Options{Hooks: guard.Hooks{OnAcquired: func(string, uint64, time.Duration) { granted = time.Now() }}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

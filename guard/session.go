@@ -191,10 +191,15 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 	if query {
 		kill = "KILL QUERY "
 	}
-	return onEnd(ctx, timeout, func(kctx context.Context) {
+	return onEnd(ctx, timeout, func(kctx context.Context, _ func()) {
 		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
 	})
 }
+
+// claimSearchWait is the last interval between two searches of
+// killClaimOnEnd: 5, 10, ... 80ms, the last search about 150ms after the
+// first.
+const claimSearchWait = 80 * time.Millisecond
 
 // killClaimOnEnd is killOnEnd for a claim sent before its session's
 // connection id is known (see claimSession): the end of ctx ends the server
@@ -211,56 +216,39 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 // shows opID, so a late KILL can end nothing else. A claim that arrives
 // later still waits until innodb_lock_wait_timeout, and, should the fence
 // row come free first, holds it until the server finds its client gone.
-// claimSearchWait is the last interval between two searches of
-// killClaimOnEnd: 5, 10, ... 80ms, the last search about 150ms after the
-// first.
-const claimSearchWait = 80 * time.Millisecond
-
 func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
 	inner := hex.EncodeToString([]byte(opID))
 	outer := hex.EncodeToString([]byte(inner))
 	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
 		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
 		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%')"
-	first := make(chan struct{}) // the first search, and its KILL, are done
-	after := context.AfterFunc(ctx, func() {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		searched := false
+	return onEnd(ctx, timeout, func(kctx context.Context, settled func()) {
 		for wait := 5 * time.Millisecond; ; wait *= 2 {
 			var ids []uint64
 			_ = g.db.SelectContext(kctx, &ids, find)
 			for _, id := range ids {
 				_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(id, 10))
 			}
-			if !searched {
-				close(first)
-				searched = true
-			}
+			settled() // stop need not wait for the searches that follow
 			if len(ids) > 0 || wait > claimSearchWait || sleep(kctx, wait) != nil {
 				return
 			}
 		}
 	})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			if !after() {
-				<-first
-			}
-		})
-	}
 }
 
 // onEnd runs kill when ctx ends, on a ctx of its own bounded by timeout,
-// until stop is called. stop returns once a kill under way has ended.
-func onEnd(ctx context.Context, timeout time.Duration, kill func(context.Context)) (stop func()) {
+// until stop is called. stop returns once a kill under way has ended, or
+// has called settled to say that what follows may go on without stop.
+func onEnd(ctx context.Context, timeout time.Duration, kill func(kctx context.Context, settled func())) (stop func()) {
 	done := make(chan struct{})
+	var settle sync.Once
+	settled := func() { settle.Do(func() { close(done) }) }
 	after := context.AfterFunc(ctx, func() {
-		defer close(done)
+		defer settled()
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		kill(kctx)
+		kill(kctx, settled)
 	})
 	var once sync.Once
 	return func() {
