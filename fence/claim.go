@@ -27,9 +27,15 @@ const (
 // particular, which is what a server that ignored LAST_INSERT_ID(expr) would
 // send) fails the claim.
 const (
-	outcomeAccepted = 1
+	outcomeAccepted = ClaimAccepted
 	outcomeStale    = 2
 )
+
+// ClaimAccepted is the LAST_INSERT_ID() a claim statement leaves in its
+// session when it accepted the token: a statement sent in the same request
+// as the claim (a compound statement around it) runs only when it reads
+// this value.
+const ClaimAccepted = 1
 
 // claimQuery builds the whole claim in the common case: one statement, one
 // round trip. It inserts the fence row if the resource is new, otherwise it

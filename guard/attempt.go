@@ -45,6 +45,13 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work
 		}
 		retry, err := w.attempt(h, n)
 		same = false
+		if rr := (rideRefused{}); errors.As(err, &rr) {
+			// The same attempt with the claim on its own (see ride.go).
+			g.noRides(ctx, rr)
+			n--
+			same = true
+			continue
+		}
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
 			if err == nil {
@@ -169,14 +176,23 @@ func (c *callWork) rerun() (again, none bool) { return false, false }
 // wait for it; *released is closed when that is done.
 func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
 	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
-	a, retry, err := g.claim(ctx, lctx, h, n, tr)
+	a, retry, err := g.claim(ctx, lctx, h, n, tr, g.rides(h))
 	if a == nil {
 		return retry, err
 	}
 	defer a.close()
 	tx := a.tx
-	fctx := a.handOn(ctx, lctx, h.handOff, h.dbMode())
+	fctx := a.handOn(ctx, lctx, h.handOff, h.dbMode(), g.ridesOn())
 	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
+	if tx.claimPending() && ferr == nil {
+		_ = tx.sendClaim(lctx) // fn sent no statement the claim could ride with
+	}
+	if retry, err := tx.claimFailure(); err != nil {
+		return retry, err
+	}
+	if ferr == nil && tx.failure() == nil {
+		a.handOnAfterFn()
+	}
 	if f := tx.failure(); f != nil {
 		// A statement of this transaction failed in a way that leaves the
 		// transaction unusable. Only such failures are retried: an error of
@@ -239,10 +255,14 @@ func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(con
 // fn's error, unless the claiming transaction had already ended unseen
 // (see endedUnseen) or the lock was lost meanwhile.
 func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (retry bool, err error) {
-	a.finished = true
-	if end := g.rollbackGone(ctx, a.stx, a.tx.mark); end.gone {
-		retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
-		return retry && lctx.Err() == nil, err
+	if a.tx.bare() {
+		a.rollback() // fn failed before its first statement: nothing was claimed
+	} else {
+		a.finished = true
+		if end := g.rollbackGone(ctx, a.stx, a.tx.mark); end.gone {
+			retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
+			return retry && lctx.Err() == nil, err
+		}
 	}
 	if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
 		return false, fmt.Errorf("%w (fn: %w)", cause, ferr)

@@ -259,7 +259,7 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 		return false, nil
 	}
 	st := batchSteps{r: r, ms: open}
-	a, retry, err := g.claim(ctx, lctx, h, n, st)
+	a, retry, err := g.claim(ctx, lctx, h, n, st, false)
 	if a == nil {
 		return retry, err
 	}
@@ -269,7 +269,7 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 	if ho.handed() {
 		ho = nil
 	}
-	fctx := a.handOn(ctx, lctx, ho, false)
+	fctx := a.handOn(ctx, lctx, ho, false, false)
 	if ho != nil {
 		g.batches.setHandedOff(g, r.b, true) // the next batch starts its turn
 	}

@@ -10,6 +10,7 @@ package guard
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -39,6 +40,17 @@ type attemptTx struct {
 	finished bool
 	// cancel ends fn's ctx, when handOn made it.
 	cancel context.CancelCauseFunc
+	// later is the hand-off handOn left for handOnAfterFn.
+	later *handOff
+}
+
+// handOnAfterFn passes the lock on, when handOn left it for after fn: fn
+// has returned, and the claim holds the fence row.
+func (a *attemptTx) handOnAfterFn() {
+	if a.later != nil {
+		a.later.release(a.ctx)
+		a.later = nil
+	}
 }
 
 // handOn passes the lock on (ho), now that the claim holds the fence row,
@@ -48,11 +60,19 @@ type attemptTx struct {
 // lease but the end of this transaction (a deadlock, a lost connection, a
 // statement that ended it): the next holder's claim goes through at once,
 // so fn's ctx ends with it. Without either, fn's ctx is lctx.
-func (a *attemptTx) handOn(ctx, lctx context.Context, ho *handOff, dbMode bool) context.Context {
+//
+// With afterFn (claims ride with fn's first statement, see ride.go), the
+// lock is passed on only once fn has returned (handOnAfterFn): the next
+// holder's fn may start before its claim, and must not while this fn runs.
+func (a *attemptTx) handOn(ctx, lctx context.Context, ho *handOff, dbMode, afterFn bool) context.Context {
 	if ho == nil && !dbMode {
 		return lctx
 	}
-	ho.release(ctx)
+	if afterFn {
+		a.later = ho
+	} else {
+		ho.release(ctx)
+	}
 	c, cancel := context.WithCancelCause(lctx)
 	a.cancel = cancel
 	a.tx.onFail = cancel
@@ -66,10 +86,7 @@ func (a *attemptTx) close() {
 	if a.cancel != nil {
 		a.cancel(nil)
 	}
-	if !a.finished {
-		a.finished = true
-		a.g.rollback(a.ctx, a.stx, a.tx.mark)
-	}
+	a.rollback()
 	a.tx.finish()
 	a.g.open.leave(a.tx.key)
 	if a.lg != nil && !a.kept {
@@ -77,12 +94,19 @@ func (a *attemptTx) close() {
 	}
 }
 
-// rollback rolls a's transaction back now.
+// rollback rolls a's transaction back now: without redfence_rollback when
+// nothing marked the session (its claim, which was to ride, was never
+// sent).
 func (a *attemptTx) rollback() {
-	if !a.finished {
-		a.finished = true
-		a.g.rollback(a.ctx, a.stx, a.tx.mark)
+	if a.finished {
+		return
 	}
+	a.finished = true
+	if a.tx.bare() {
+		_ = a.stx.Rollback()
+		return
+	}
+	a.g.rollback(a.ctx, a.stx, a.tx.mark)
 }
 
 // claim begins attempt n's transaction on h.key and claims the fence row
@@ -93,26 +117,28 @@ func (a *attemptTx) rollback() {
 // Otherwise a is nil, err is a noFenceRow when the key has no fence row
 // (for makeRow), wraps ErrFenced when the token is stale, and retry says
 // whether a new attempt may follow. st records the claim step.
-func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper) (a *attemptTx, retry bool, err error) {
+//
+// With ride, the claim is not sent here: it rides with fn's first statement
+// (see ride.go), or is sent on its own before any other statement of fn
+// and, when fn sent none, before COMMIT. Its failure then reaches the
+// attempt through the Tx (claimFailure), as the same values.
+func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, ride bool) (a *attemptTx, retry bool, err error) {
 	key := h.key
-	token := h.token
-	traced := false
-	defer func() {
-		if !traced {
-			st.step(StepClaim, token, n, h.claimStart, err)
-		}
-	}()
 	if lctx.Err() != nil {
-		return nil, false, g.lostOr(lctx, context.Cause(lctx))
+		err = g.lostOr(lctx, context.Cause(lctx))
+		st.step(StepClaim, h.token, n, h.claimStart, err)
+		return nil, false, err
 	}
 	stx, lg, connID, err, ok := h.early.take()
 	if !ok {
 		stx, lg, connID, err = g.begin(ctx, key)
 	}
 	if err != nil {
-		return nil, fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: begin: %w", key, err)
+		err = fmt.Errorf("guard: %q: begin: %w", key, err)
+		st.step(StepClaim, h.token, n, h.claimStart, err)
+		return nil, fence.Retryable(err) && lctx.Err() == nil, err
 	}
-	tx := newTx(stx, key, g.resource(key), token, h.owner, n)
+	tx := newTx(stx, key, g.resource(key), h.token, h.owner, n)
 	if connID != 0 {
 		tx.mark = lg.mark // marked by the commit that chained it
 	} else {
@@ -123,27 +149,70 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper) (
 	}
 	a = &attemptTx{g: g, ctx: ctx, stx: stx, tx: tx, lg: lg}
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
-	connID, err = g.claimSession(lctx, stx, tx, connID)
-	token = tx.token
-	if lg != nil {
-		lg.connID = connID
+	c := &claiming{a: a, lctx: lctx, h: h, n: n, st: st, connID: connID}
+	if ride {
+		tx.claim.bare = connID == 0
+		tx.claim.pending.Store(c)
+		return a, false, nil
+	}
+	if _, err := c.run(lctx, nil); err != nil {
+		a.close()
+		return nil, c.retry, err
+	}
+	return a, false, nil
+}
+
+// claiming is the claim of an attempt's transaction, sent by claim or,
+// when it rides, by fn's first statement (see ride.go).
+type claiming struct {
+	a      *attemptTx
+	lctx   context.Context
+	h      holding
+	n      int
+	st     stepper
+	connID uint64 // the session's, when the transaction is already marked (relayed)
+	retry  bool   // after a failure: whether a new attempt may follow
+}
+
+// run sends the claim, with r when r is not nil, on ctx (lctx, or the ctx
+// of fn's statement, which the end of lctx also ends while the claim
+// waits), and returns the rows of r's result. The failure is one of the
+// values claim documents, with c.retry set.
+func (c *claiming) run(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
+	a, g := c.a, c.a.g
+	tx := a.tx
+	connID, rows, err := g.claimSession(ctx, c.lctx, a.stx, tx, c.connID, r)
+	if a.lg != nil {
+		a.lg.connID = connID
 	}
 	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
+	c.retry, err = c.outcome(err)
+	var nr noFenceRow
+	var rr rideRefused
+	if !errors.As(err, &nr) && !errors.As(err, &rr) { // neither is a failed claim: see makeRow, rideRefused
+		c.st.step(StepClaim, tx.token, c.n, c.h.claimStart, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g.rowsSeen.mark(tx.key)
+	return rows, nil
+}
+
+// outcome tells what the claim's error err means for the attempt.
+func (c *claiming) outcome(err error) (retry bool, _ error) {
+	g, key, lctx := c.a.g, c.a.tx.key, c.lctx
+	var rr rideRefused
 	switch {
 	case err == nil:
-		traced = true
-		st.step(StepClaim, token, n, h.claimStart, nil)
-		return a, false, nil
+		return false, nil
+	case errors.As(err, &rr):
+		return false, rr
 	case errors.Is(err, fence.ErrNoFence):
-		a.close()
-		traced = true // not a failed claim: see noFenceRow
-		return nil, false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
+		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 	case errors.Is(err, fence.ErrStale):
-		a.close()
-		return nil, false, g.fenced(ctx, key, token, err)
-	default:
-		a.close()
-		err = g.lostOr(lctx, err)
-		return nil, fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
+		return false, g.fenced(c.a.ctx, key, c.a.tx.token, err)
 	}
+	err = g.lostOr(lctx, err)
+	return fence.Retryable(err) && lctx.Err() == nil, fmt.Errorf("guard: %q: claim: %w", key, err)
 }

@@ -38,6 +38,10 @@ type Guard struct {
 	// early transaction waited for it took (see early.go).
 	grantTime atomic.Int64
 	open      openTxs // keys whose transaction an attempt here has open (see spare.go)
+	// rowsSeen: keys whose fence row a claim found; rideOff: the server
+	// refused a claim that rode with a statement (see ride.go).
+	rowsSeen seenRows
+	rideOff  atomic.Bool
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)

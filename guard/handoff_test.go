@@ -37,6 +37,8 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 		{"batch+handoff", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim, NoRelay: true}},
 		{"batch+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtEnd}},
 		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim}},
+		{"ride", guard.Options{ClaimWithFirstStatement: true}},
+		{"ride+handoff", guard.Options{ClaimWithFirstStatement: true, HandOff: guard.HandOffAtClaim, NoRelay: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var inFn, grantedInFn atomic.Int64
@@ -95,12 +97,14 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 			if n := e.counter(1); n != callers*each {
 				t.Fatalf("counter = %d after %d increments: updates were lost", n, callers*each)
 			}
-			atClaim, relay := tc.opt.HandOff != guard.HandOffAtEnd, !tc.opt.NoRelay
+			// With ClaimWithFirstStatement the lock is passed on once fn has
+			// returned, never while it runs.
+			atClaim, relay := tc.opt.HandOff != guard.HandOffAtEnd && !tc.opt.ClaimWithFirstStatement, !tc.opt.NoRelay
 			if atClaim && grantedInFn.Load() == 0 {
 				t.Fatal("no lock was granted while an fn ran: the hand-off did not happen at the claim")
 			}
 			if !atClaim && grantedInFn.Load() != 0 {
-				t.Fatalf("%d locks granted while an fn ran, with HandOffAtEnd", grantedInFn.Load())
+				t.Fatalf("%d locks granted while an fn ran, with HandOff %v and ClaimWithFirstStatement %v", grantedInFn.Load(), tc.opt.HandOff, tc.opt.ClaimWithFirstStatement)
 			}
 			if relay != (chained.Load() > 0) {
 				t.Fatalf("%d transactions chained to the next caller, with NoRelay %v", chained.Load(), tc.opt.NoRelay)

@@ -100,43 +100,66 @@ func (e *notClaimingError) Unwrap() error { return e.err }
 // session's connection id when the transaction is already marked (a relayed
 // transaction chained by redfence_commit_chain), or 0: then the claim rides
 // with the mark, in one CALL redfence_begin_claim() (migration 0007), which
-// answers the connection id. It returns the connection id, for killOnEnd.
-// While the claim waits for the fence row, the end of lctx ends it on the
-// server (see killOnEnd).
-func (g *Guard) claimSession(lctx context.Context, stx *sqlx.Tx, tx *Tx, connID uint64) (uint64, error) {
+// answers the connection id. With r, the claim goes in the compound
+// statement that also carries r (see ride.go), which marks the session
+// either way, and the rows of r's result are returned. It returns the
+// connection id, for killOnEnd. While the claim waits for the fence row,
+// the end of lctx, or of ctx, ends it on the server (see killOnEnd).
+func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, connID uint64, r *rideStmt) (uint64, *sql.Rows, error) {
 	var q fence.Querier = stx
-	var stop func()
 	var bc *beginClaim
-	if connID != 0 {
-		stop = g.killOnEnd(lctx, connID, settleGrace, false)
-	} else {
-		bc = &beginClaim{stx: stx, mark: tx.mark}
+	if connID == 0 || r != nil {
+		bc = &beginClaim{stx: stx, mark: tx.mark, ride: r}
 		q = bc
-		stop = g.killClaimOnEnd(lctx, tx.opID, settleGrace)
+	}
+	wctx := lctx
+	if ctx != lctx {
+		c, cancel := context.WithCancelCause(lctx)
+		defer cancel(nil)
+		defer context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })()
+		wctx = c
+	}
+	var stop func()
+	if connID != 0 {
+		stop = g.killOnEnd(wctx, connID, settleGrace, false)
+	} else {
+		stop = g.killClaimOnEnd(wctx, tx.opID, settleGrace)
 	}
 	var err error
 	if tx.token == 0 {
-		tx.token, err = fence.ClaimNextExisting(lctx, q, tx.resource, tx.owner, tx.opID)
+		tx.token, err = fence.ClaimNextExisting(ctx, q, tx.resource, tx.owner, tx.opID)
 	} else {
-		err = fence.ClaimExisting(lctx, q, tx.resource, tx.token, tx.owner, tx.opID)
+		err = fence.ClaimExisting(ctx, q, tx.resource, tx.token, tx.owner, tx.opID)
 	}
 	stop()
-	if bc != nil {
+	if bc == nil {
+		return connID, nil, err
+	}
+	if connID == 0 {
 		connID = bc.connID
 	}
-	return connID, err
+	if err != nil && bc.rows != nil {
+		_ = bc.rows.Close()
+		bc.rows = nil
+	}
+	return connID, bc.rows, err
 }
 
 // beginClaim is the fence.Querier a claim goes through when it rides with
 // the mark: its first ExecContext sends the claim statement fence built as
 // the argument of CALL redfence_begin_claim(), and answers the procedure's
 // LAST_INSERT_ID as the result's LastInsertId, which is where fence reads
-// the claim's outcome. Everything else goes to the transaction as it is.
+// the claim's outcome. With ride, that CALL goes in the compound statement
+// that carries ride (rideBlock), whose rows are kept, after the claim's
+// answer, for ride's result. Everything else goes to the transaction as it
+// is.
 type beginClaim struct {
 	stx    *sqlx.Tx
 	mark   string
+	ride   *rideStmt
 	sent   bool
 	connID uint64
+	rows   *sql.Rows
 }
 
 func (b *beginClaim) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -144,19 +167,56 @@ func (b *beginClaim) ExecContext(ctx context.Context, query string, args ...any)
 		return b.stx.ExecContext(ctx, query, args...)
 	}
 	b.sent = true
+	if b.ride != nil {
+		return b.rideClaim(ctx, query)
+	}
 	var id uint64
 	// The statement goes as a hexadecimal literal, which nothing in it can
 	// escape whatever the session's character set or SQL mode.
 	call := fmt.Sprintf(sqlBeginClaim, b.mark, hex.EncodeToString([]byte(query)))
 	err := b.stx.QueryRowContext(ctx, call).Scan(&b.connID, &id)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
-		return nil, fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
-	}
 	if err != nil {
+		return nil, schemaErr(err)
+	}
+	return claimResult(id), nil
+}
+
+// rideClaim sends claim and b.ride in one compound statement, reads the
+// claim's answer, and keeps the rows that follow when the claim accepted.
+func (b *beginClaim) rideClaim(ctx context.Context, claim string) (sql.Result, error) {
+	rows, err := b.stx.QueryContext(ctx, rideBlock(b.mark, claim, b.ride))
+	if err != nil {
+		return nil, schemaErr(asRideRefused(err))
+	}
+	var id uint64
+	if !rows.Next() {
+		err := rows.Err()
+		_ = rows.Close()
+		if err == nil {
+			err = errors.New("guard: the claim answered nothing")
+		}
+		return nil, schemaErr(asRideRefused(err))
+	}
+	if err := rows.Scan(&b.connID, &id); err != nil {
+		_ = rows.Close()
+		return nil, err
+	}
+	if id == fence.ClaimAccepted {
+		b.rows = rows
+	} else if err := rows.Close(); err != nil {
 		return nil, err
 	}
 	return claimResult(id), nil
+}
+
+// schemaErr is err, or ErrSchemaOutdated when err says that a procedure
+// is missing.
+func schemaErr(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erSPDoesNotExist {
+		return fmt.Errorf("%w (%v)", ErrSchemaOutdated, err)
+	}
+	return err
 }
 
 func (b *beginClaim) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
@@ -221,7 +281,8 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 	outer := hex.EncodeToString([]byte(inner))
 	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
 		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
-		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%')"
+		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%'" +
+		" OR INFO LIKE 'BEGIN NOT ATOMIC %redfence_begin_claim(%" + outer + "%')"
 	return onEnd(ctx, timeout, func(kctx context.Context, settled func()) {
 		for wait := 5 * time.Millisecond; ; wait *= 2 {
 			var ids []uint64

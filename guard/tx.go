@@ -155,6 +155,10 @@ type txState struct {
 	// member's statement then running on the server (see stmtCtx).
 	killQuery func(ctx context.Context) (stop func())
 
+	// claim is the claim, when it rides with fn's first statement (see
+	// ride.go).
+	claim txClaim
+
 	// check guards the savepoint that opaque statements run under.
 	check struct {
 		sync.Mutex
@@ -386,25 +390,16 @@ const (
 	implicitCommitNote = "a statement in fn ended the fenced transaction"
 )
 
-// before vets query before it is sent. It returns an error when the
-// statement must not run, and whether the statement is opaque and must be
-// checked afterwards.
+// before vets query before it is sent, and sends the claim first if it is
+// still to be sent (see ride.go). It returns an error when the statement
+// must not run, and whether the statement is opaque and must be checked
+// afterwards.
 func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) {
-	t.init()
-	if t.ended.Load() {
-		return false, fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
-	}
-	// An opaque statement run through a Query form is checked here, before
-	// the next statement: its own call could not (a *sql.Row reports its
-	// error only to Scan).
-	if err := t.settleQuery(ctx); err != nil && t.failure() == nil {
+	if err := t.vet(ctx); err != nil {
 		return false, err
 	}
-	if err := t.confirm(ctx); err != nil && t.failure() == nil {
+	if err := t.sendClaim(ctx); err != nil {
 		return false, err
-	}
-	if f := t.failure(); f != nil {
-		return false, fmt.Errorf("guard: %q: transaction no longer usable: %w", t.key, f.err)
 	}
 	switch classify(query) {
 	case stmtEnds:
@@ -415,6 +410,27 @@ func (t *Tx) before(ctx context.Context, query string) (opaque bool, err error) 
 		return true, t.arm(ctx)
 	}
 	return false, nil
+}
+
+// vet refuses a statement of fn when the transaction is no longer usable.
+func (t *Tx) vet(ctx context.Context) error {
+	t.init()
+	if t.ended.Load() {
+		return fmt.Errorf("guard: %q: %w", t.key, sql.ErrTxDone)
+	}
+	// An opaque statement run through a Query form is checked here, before
+	// the next statement: its own call could not (a *sql.Row reports its
+	// error only to Scan).
+	if err := t.settleQuery(ctx); err != nil && t.failure() == nil {
+		return err
+	}
+	if err := t.confirm(ctx); err != nil && t.failure() == nil {
+		return err
+	}
+	if f := t.failure(); f != nil {
+		return fmt.Errorf("guard: %q: transaction no longer usable: %w", t.key, f.err)
+	}
+	return nil
 }
 
 // arm sets the check savepoint unless it is already set. A statement that
@@ -659,6 +675,9 @@ func refusedCtx(ctx context.Context) context.Context {
 func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (_ sql.Result, err error) {
 	ctx, done := t.stmtCtx(ctx, false)
 	defer func() { err = done(err) }()
+	if res, rode, err := t.rideExec(ctx, query, args); rode {
+		return res, err
+	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -692,6 +711,9 @@ func (t *Tx) MustExec(query string, args ...any) sql.Result {
 // QueryContext runs query in the transaction; see [Tx] for what is refused.
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
+	if rows, rode, err := t.ride(ctx, query, args, false); rode {
+		return rows, err
+	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -711,6 +733,12 @@ func (t *Tx) Query(query string, args ...any) (*sql.Rows, error) {
 // QueryxContext is QueryContext returning *sqlx.Rows.
 func (t *Tx) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
 	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
+	if rows, rode, err := t.ride(ctx, query, args, false); rode {
+		if err != nil {
+			return nil, err
+		}
+		return &sqlx.Rows{Rows: rows, Mapper: t.Mapper}, nil
+	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return nil, err
@@ -772,6 +800,12 @@ func (t *Tx) QueryRowx(query string, args ...any) *sqlx.Row {
 func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any) (err error) {
 	ctx, done := t.stmtCtx(ctx, false)
 	defer func() { err = done(err) }()
+	if rows, rode, err := t.ride(ctx, query, args, false); rode {
+		if err != nil {
+			return err
+		}
+		return t.observe(scanOne(&sqlx.Rows{Rows: rows, Mapper: t.Mapper}, dest))
+	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -791,6 +825,13 @@ func (t *Tx) Get(dest any, query string, args ...any) error {
 func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) (err error) {
 	ctx, done := t.stmtCtx(ctx, false)
 	defer func() { err = done(err) }()
+	if rows, rode, err := t.ride(ctx, query, args, false); rode {
+		if err != nil {
+			return err
+		}
+		r := &sqlx.Rows{Rows: rows, Mapper: t.Mapper}
+		return t.observe(sqlx.SelectContext(ctx, riddenRows{r}, dest, query, args...))
+	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
 		return err
@@ -910,7 +951,7 @@ func (t *Tx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
 // transaction.
 func bindStmt[S io.Closer](t *Tx, ctx context.Context, bind func(context.Context) S) S {
 	t.init()
-	if t.ended.Load() {
+	if t.ended.Load() || t.sendClaim(ctx) != nil {
 		return bind(refusedCtx(ctx))
 	}
 	st := bind(ctx)
@@ -950,6 +991,8 @@ func (t *Tx) NamedStmt(stmt *sqlx.NamedStmt) *sqlx.NamedStmt {
 // transaction, and never use it after fn has returned, when the underlying
 // transaction may already be the next caller's.
 func (t *Tx) Unsafe() *sqlx.Tx {
+	t.init()
+	_ = t.sendClaim(context.Background()) // its failure is the transaction's: the statements are refused
 	return t.Tx.Unsafe()
 }
 

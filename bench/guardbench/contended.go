@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"runtime/pprof"
@@ -10,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/redfence/redfence/guard"
 )
@@ -31,9 +30,16 @@ type variant struct {
 	op          func(ctx context.Context, row int) error
 }
 
+// txn is what readModifyWrite needs of a transaction: a *sqlx.Tx, or a
+// *guard.Tx (whose own methods a claim can ride with).
+type txn interface {
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // readModifyWrite is the critical section: read a counter, write it back
 // plus one. lock is appended to the SELECT.
-func readModifyWrite(ctx context.Context, tx *sqlx.Tx, row int, lock string) error {
+func readModifyWrite(ctx context.Context, tx txn, row int, lock string) error {
 	table, id := "counters", 1
 	if row > 0 {
 		table, id = "cold", row
@@ -69,11 +75,20 @@ func (s *setup) variants() []variant {
 			})
 		}
 	}
+	rides := func(ctx context.Context, row int) error {
+		key := "hot"
+		if row > 0 {
+			key = "cold:" + strconv.Itoa(row)
+		}
+		return s.gRide.Do(ctx, key, func(ctx context.Context, tx *guard.Tx) error {
+			return readModifyWrite(ctx, tx, row, "")
+		})
+	}
 	vs := []variant{{"sql", "FOR UPDATE", forUpdate}}
 	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"atend", "Do at-end", through(s.gAtEnd)},
 		{"handoff", "Do handoff", through(s.gHandOff)}, {"relay", "Do relay", through(s.gRelay)},
 		{"batch", "Do batch", through(s.gBatch)}, {"batchsp", "Do batch+savepoints", through(s.gBatchSP)},
-		{"batchatend", "Do batch at-end", through(s.gBatchAtEnd)}} {
+		{"batchatend", "Do batch at-end", through(s.gBatchAtEnd)}, {"ride", "Do ride", rides}} {
 		batch := strings.HasPrefix(v.short, "batch")
 		if (s.cfg.variants == "" && !batch) || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
 			vs = append(vs, v)

@@ -73,7 +73,7 @@ func main() {
 	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
 	flag.BoolVar(&c.newKeys, "new-keys", false, "start without fence rows, so that each key's first Do creates its row (default: every key's row exists, as for items sold before)")
-	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (guard.Do, default options), atend (HandOffAtEnd and NoRelay), handoff (NoRelay: hand-off at the claim alone), relay (HandOffAtEnd: relaying alone), batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchatend (with HandOffAtEnd and NoRelay) (default: do, atend, handoff, relay)")
+	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (guard.Do, default options), atend (HandOffAtEnd and NoRelay), handoff (NoRelay: hand-off at the claim alone), relay (HandOffAtEnd: relaying alone), batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchatend (with HandOffAtEnd and NoRelay), ride (ClaimWithFirstStatement) (default: do, atend, handoff, relay, ride)")
 	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, atend, handoff, relay, batch, batchsp or batchatend")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
 	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "give every operation a ctx with this timeout, as services do (default: none in the uncontended and hot modes, whose COMMIT then cannot be cut short; 30s in the mixed mode)")
@@ -147,6 +147,7 @@ type setup struct {
 	locker       *redislock.Locker
 	g            *guard.Guard
 	gAtEnd       *guard.Guard // g with HandOffAtEnd and NoRelay
+	gRide        *guard.Guard // g with ClaimWithFirstStatement
 	gHandOff     *guard.Guard // g with NoRelay (hand-off at the claim alone)
 	gRelay       *guard.Guard // g with HandOffAtEnd (relaying alone)
 	gBatch       *guard.Guard // Options.MaxBatch -batch
@@ -220,6 +221,7 @@ func run(c config) error {
 	s.locker = redislock.New(s.rdb, &redislock.Options{Prefix: s.prefix})
 	defer s.locker.Close()
 	s.g = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch})
+	s.gRide = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, ClaimWithFirstStatement: true})
 	s.gAtEnd = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOff: guard.HandOffAtEnd, NoRelay: true})
 	s.gHandOff = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, NoRelay: true})
 	s.gRelay = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOff: guard.HandOffAtEnd})

@@ -43,7 +43,7 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		mRT  int64
 	}{{name: "bare tx", op: func() error {
 		return bounded(ctx, opTimeout, func(ctx context.Context) error { return bare(ctx, s.db) })
-	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do at-end", op: through(s.gAtEnd)}}
+	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do at-end", op: through(s.gAtEnd)}, {name: "Do ride", op: through(s.gRide)}}
 	for i := range variants { // warm up: pools, script cache
 		for range 50 {
 			if err := variants[i].op(); err != nil {

@@ -1,0 +1,482 @@
+package guard
+
+// ride.go owns the claim that rides with fn's first statement: one request
+// carries the claim and, once the claim holds the fence row, that
+// statement, so that a Do pays no round trip for the claim. It decides
+// which statements may carry the claim and renders them; whether the claim
+// holds is decided in claim.go, what a failure means in attempt.go.
+//
+// The request is one compound statement (BEGIN NOT ATOMIC … END), which
+// the server runs with the session's own SQL mode and character sets:
+//
+//	IF @@tx_isolation NOT IN ('REPEATABLE-READ', 'SERIALIZABLE') THEN SIGNAL …
+//	SET STATEMENT innodb_snapshot_isolation = ON FOR CALL redfence_begin_claim(mark, claim);
+//	IF LAST_INSERT_ID() = 1 THEN EXECUTE IMMEDIATE X'<statement>'; … END IF;
+//
+// Safety rests on what the server checks, not on reading fn's SQL:
+//   - fn's statement runs as a prepared statement (EXECUTE IMMEDIATE), which
+//     holds one statement or is refused: no text can make it two;
+//   - it runs only after the claim accepted the token, in the same
+//     transaction;
+//   - a statement fn ran before, through the embedded *sqlx.Tx (which Tx
+//     cannot see), could have read a snapshot older than the last holder's
+//     COMMIT. Under snapshot isolation the claim's locking read of the
+//     fence row then fails (ER_CHECKREAD), since the row's latest version
+//     is not in that snapshot; REPEATABLE READ or SERIALIZABLE is required
+//     for the snapshot to last, so the compound statement refuses any
+//     other level. Either refusal rolls the attempt back and runs it again
+//     with the claim sent on its own, and the Guard sends it on its own
+//     from then on.
+//
+// Which statements ride is a matter of fidelity, not of safety: an UPDATE
+// or DELETE sent by Exec (whose affected rows and insert id the compound
+// statement reports exactly: ROW_COUNT(), and LAST_INSERT_ID() from 0), or a
+// SELECT sent by Query, Queryx, Get or Select, whose arguments render as
+// literals that mean what the bound values mean. Anything else, or a text
+// with a '?' that is not a placeholder, sends the claim on its own first.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/jmoiron/sqlx/reflectx"
+
+	"github.com/redfence/redfence/fence"
+)
+
+// rideStmt is a statement of fn that carries the claim: its text with the
+// arguments written in, and whether it was sent by Exec. A claim that was
+// to ride and goes on its own is sent in the same compound statement, with
+// its checks, carrying an empty rideStmt.
+type rideStmt struct {
+	text string
+	exec bool
+}
+
+// maxRide bounds the text of a statement that carries the claim; a longer
+// one is sent as it is, after the claim.
+const maxRide = 16 << 10
+
+// newRide returns query with args written in, when it may carry the claim,
+// or nil.
+func newRide(query string, args []any, exec bool) *rideStmt {
+	words, ok := leadingWords(query, 1)
+	if !ok || len(words) == 0 || len(query) > maxRide || strings.Count(query, "?") != len(args) {
+		return nil
+	}
+	switch verb := words[0]; {
+	case exec && (verb == "UPDATE" || verb == "DELETE"):
+	case !exec && verb == "SELECT":
+	default:
+		return nil
+	}
+	var b strings.Builder
+	rest := query
+	for _, a := range args {
+		lit, ok := literal(a)
+		if !ok {
+			return nil
+		}
+		i := strings.IndexByte(rest, '?')
+		b.WriteString(rest[:i])
+		b.WriteString(lit)
+		rest = rest[i+1:]
+	}
+	b.WriteString(rest)
+	return &rideStmt{text: b.String(), exec: exec}
+}
+
+// literal renders v as an SQL literal that means what v bound as an
+// argument means, whatever the session's SQL mode: numbers, NULL, and
+// strings with neither a backslash nor a NUL byte (quotes doubled, which
+// reads the same with and without NO_BACKSLASH_ESCAPES). ok is false for
+// anything else ([]byte, time.Time, NaN, ...), which then goes as an
+// argument, after the claim.
+func literal(v any) (lit string, ok bool) {
+	if vr, isValuer := v.(driver.Valuer); isValuer {
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "NULL", true
+		}
+		x, err := vr.Value()
+		if err != nil {
+			return "", false
+		}
+		v = x
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Invalid:
+		return "NULL", true
+	case reflect.Pointer:
+		if rv.IsNil() {
+			return "NULL", true
+		}
+		return literal(rv.Elem().Interface())
+	case reflect.Bool:
+		if rv.Bool() {
+			return "1", true
+		}
+		return "0", true
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(rv.Uint(), 10), true
+	case reflect.Float64:
+		f := rv.Float()
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return "", false
+		}
+		return strconv.FormatFloat(f, 'e', -1, 64), true // an exponent makes it a DOUBLE, as the bound value
+	case reflect.String:
+		s := rv.String()
+		if strings.ContainsAny(s, "\\\x00") {
+			return "", false
+		}
+		return "'" + strings.ReplaceAll(s, "'", "''") + "'", true
+	}
+	return "", false
+}
+
+// rideBlock is the compound statement that sends claim, with the session
+// marked by mark, and r once claim accepted the token.
+func rideBlock(mark, claim string, r *rideStmt) string {
+	var b strings.Builder
+	b.WriteString("BEGIN NOT ATOMIC IF @@tx_isolation NOT IN ('REPEATABLE-READ', 'SERIALIZABLE') THEN ")
+	b.WriteString("SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + rideIsolation + "'; END IF; ")
+	b.WriteString("SET STATEMENT innodb_snapshot_isolation = ON FOR ")
+	b.WriteString(fmt.Sprintf(sqlBeginClaim, mark, hex.EncodeToString([]byte(claim))))
+	if r.text == "" {
+		b.WriteString("; END")
+		return b.String()
+	}
+	b.WriteString("; IF LAST_INSERT_ID() = " + strconv.Itoa(fence.ClaimAccepted) + " THEN ")
+	if r.exec {
+		b.WriteString("DO LAST_INSERT_ID(0); ")
+	}
+	b.WriteString("EXECUTE IMMEDIATE X'" + hex.EncodeToString([]byte(r.text)) + "'; ")
+	if r.exec {
+		b.WriteString("SELECT ROW_COUNT(), LAST_INSERT_ID(); ")
+	}
+	b.WriteString("END IF; END")
+	return b.String()
+}
+
+// rideIsolation is the message of the compound statement's refusal of an
+// isolation level under which a snapshot does not last.
+const rideIsolation = "redfence: the claim rides only under REPEATABLE READ or SERIALIZABLE"
+
+const (
+	erCheckRead        = 1020 // ER_CHECKREAD: the row changed since the transaction's snapshot
+	erUnknownSystemVar = 1193 // no innodb_snapshot_isolation on this server
+	erSignal           = 1644 // ER_SIGNAL_EXCEPTION
+)
+
+// rideRefused says that the server would not let the claim ride with a
+// statement of fn (see the file comment): the attempt runs again with the
+// claim on its own, which is not a failed attempt.
+type rideRefused struct{ err error }
+
+func (r rideRefused) Error() string {
+	return "guard: the claim cannot ride with fn's statement: " + r.err.Error()
+}
+func (r rideRefused) Unwrap() error { return r.err }
+
+// asRideRefused returns err as a rideRefused when it is one of the
+// server's refusals of a ride.
+func asRideRefused(err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return err
+	}
+	switch {
+	case me.Number == erCheckRead:
+		return rideRefused{fmt.Errorf("a statement sent through the embedded *sqlx.Tx before fn's first Tx statement read a snapshot older than the last holder's COMMIT: %w", err)}
+	case me.Number == erUnknownSystemVar, me.Number == erSignal && me.Message == rideIsolation:
+		return rideRefused{err}
+	}
+	return err
+}
+
+// rides reports whether the claim of h's attempt may ride with fn's first
+// statement: enabled (ridesOn) and not refused since, a Redis
+// token (database mode mints it in the claim), a server with snapshot
+// isolation whose row locks keep every writer out, an isolation level under
+// which snapshots last, and a key whose fence row was seen (a missing one
+// is made before the claim, which must then be its own statement).
+func (g *Guard) rides(h holding) bool {
+	return g.ridesOn() && !g.rideOff.Load() && !h.dbMode() && h.token != 0 &&
+		lastingSnapshots(g.opt.TxOptions) && g.rowsSeen.seen(h.key)
+}
+
+// ridesOn reports whether the Guard's claims ride with fn's first
+// statement where they can (Options.ClaimWithFirstStatement, on a server
+// that allows it): its calls then pass the lock on once fn has returned,
+// never at the claim (see attemptTx.handOn), whether their own claim rode
+// or not, since the next holder's might.
+func (g *Guard) ridesOn() bool {
+	return g.opt.ClaimWithFirstStatement && g.opt.MaxBatch <= 1 &&
+		g.dbCheck.snapshots.Load() && !g.dbCheck.multiPrimary.Load()
+}
+
+// lastingSnapshots reports whether transactions begun with o keep their
+// snapshot for their whole life (or take the session's level, which the
+// compound statement checks).
+func lastingSnapshots(o *sql.TxOptions) bool {
+	if o == nil {
+		return true
+	}
+	switch o.Isolation {
+	case sql.LevelDefault, sql.LevelRepeatableRead, sql.LevelSerializable:
+		return true
+	}
+	return false
+}
+
+// noRides makes the Guard send every claim on its own from now on, after
+// the server refused a ride (err).
+func (g *Guard) noRides(ctx context.Context, err error) {
+	if g.rideOff.CompareAndSwap(false, true) {
+		g.opt.Logger.WarnContext(ctx, "guard: claims are sent on their own from now on", "err", err)
+	}
+}
+
+// seenRows remembers, per slot of a small table that keys hash into, a
+// key whose fence row a claim found. A key that shares its slot with
+// another is forgotten now and then, which costs its claim a ride, never
+// safety.
+type seenRows [1024]atomic.Uint64
+
+func (s *seenRows) slot(key string) (*atomic.Uint64, uint64) {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	return &s[h%uint64(len(s))], h | 1
+}
+
+func (s *seenRows) mark(key string) {
+	p, h := s.slot(key)
+	p.Store(h)
+}
+
+func (s *seenRows) seen(key string) bool {
+	p, h := s.slot(key)
+	return p.Load() == h
+}
+
+// txClaim is the claim of a Tx whose claim rides with fn's first
+// statement, until it is sent, and its outcome.
+type txClaim struct {
+	sync.Mutex
+	pending atomic.Pointer[claiming] // the claim, until it is sent
+	// bare: nothing has marked the session yet (see session.go), so the
+	// transaction is rolled back without redfence_rollback.
+	bare bool
+	err  error // the claim's failure, for the attempt
+	// retry: the attempt may run again (see claiming.outcome).
+	retry bool
+}
+
+// bare reports whether nothing has marked the session: the claim, which
+// was to ride, was never sent.
+func (t *Tx) bare() bool {
+	t.claim.Lock()
+	defer t.claim.Unlock()
+	return t.claim.bare
+}
+
+// claimPending reports whether the claim is still to be sent.
+func (t *Tx) claimPending() bool { return t.txState != nil && t.claim.pending.Load() != nil }
+
+// claimFailure returns the failure of a claim that rode (or was sent late),
+// and whether the attempt may run again.
+func (t *Tx) claimFailure() (retry bool, err error) {
+	t.claim.Lock()
+	defer t.claim.Unlock()
+	return t.claim.retry, t.claim.err
+}
+
+// sendClaim sends a pending claim on its own, and returns its failure.
+func (t *Tx) sendClaim(ctx context.Context) error {
+	if !t.claimPending() {
+		return nil
+	}
+	rows, err := t.runClaim(ctx, &rideStmt{})
+	if rows != nil {
+		err = t.observe(rows.Close())
+	}
+	if errors.Is(err, errNotPending) {
+		return nil
+	}
+	return err
+}
+
+// runClaim sends the pending claim, with r when r is not nil, and returns
+// the rows of the compound statement after the claim's answer.
+func (t *Tx) runClaim(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
+	t.claim.Lock()
+	defer t.claim.Unlock()
+	c := t.claim.pending.Swap(nil)
+	if c == nil {
+		return nil, errNotPending
+	}
+	t.claim.bare = false
+	rows, err := c.run(ctx, r)
+	if err == nil {
+		return rows, nil
+	}
+	t.claim.retry, t.claim.err = c.retry, err
+	ferr := fmt.Errorf("guard: %q: the claim sent with this statement failed: %w", t.key, unwrapNoRow(err))
+	t.fail(ferr, false)
+	return nil, ferr
+}
+
+// errNotPending: another statement sent the claim meanwhile.
+var errNotPending = errors.New("guard: no claim pending")
+
+func unwrapNoRow(err error) error {
+	if nr := (noFenceRow{}); errors.As(err, &nr) {
+		return nr.error
+	}
+	return err
+}
+
+// ride sends the pending claim with query, and returns the rows of query's
+// result. rode is false when there was no claim to send or query cannot
+// carry it: the caller then sends query as usual (before sends the claim on
+// its own first).
+func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (rows *sql.Rows, rode bool, err error) {
+	if !t.claimPending() {
+		return nil, false, nil
+	}
+	if err := t.vet(ctx); err != nil {
+		return nil, true, err
+	}
+	r := newRide(query, args, exec)
+	if r == nil {
+		return nil, false, nil
+	}
+	rows, err = t.runClaim(ctx, r)
+	switch {
+	case errors.Is(err, errNotPending):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	}
+	if rows.NextResultSet() {
+		return rows, true, nil
+	}
+	err = rows.Err()
+	_ = rows.Close()
+	if err == nil {
+		return nil, true, fmt.Errorf("guard: %q: the statement sent with the claim returned no result", t.key)
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && (me.Number == 1295 || me.Number == 1314) {
+		// ER_UNSUPPORTED_PS, ER_SP_BADSTATEMENT: it cannot run as a
+		// prepared statement; the claim holds, so it goes as it is.
+		return nil, false, nil
+	}
+	return nil, true, t.observe(err)
+}
+
+// rideExec is ExecContext's ride (see ride): the statement's affected rows
+// and insert id come as a result set of their own.
+func (t *Tx) rideExec(ctx context.Context, query string, args []any) (sql.Result, bool, error) {
+	rows, rode, err := t.ride(ctx, query, args, true)
+	if !rode || err != nil {
+		return nil, rode, err
+	}
+	defer rows.Close()
+	var affected int64
+	var insertID uint64
+	if !rows.Next() {
+		return nil, true, t.observe(fmt.Errorf("guard: %q: no row count for the statement sent with the claim: %w", t.key, rows.Err()))
+	}
+	if err := rows.Scan(&affected, &insertID); err != nil {
+		return nil, true, err
+	}
+	// The insert id has the bits of an unsigned 64-bit integer, as the
+	// driver hands over an OK packet's.
+	return rideResult{affected: affected, insertID: int64(insertID)}, true, t.observe(rows.Close())
+}
+
+// rideResult is the sql.Result of a statement that carried the claim.
+type rideResult struct{ affected, insertID int64 }
+
+func (r rideResult) LastInsertId() (int64, error) { return r.insertID, nil }
+func (r rideResult) RowsAffected() (int64, error) { return r.affected, nil }
+
+// scanOne is sqlx's Get for rows already sent: the first row into dest,
+// a struct by its columns or a scannable value.
+func scanOne(rows *sqlx.Rows, dest any) error {
+	defer rows.Close()
+	v := reflect.ValueOf(dest)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return errors.New("guard: Get needs a non-nil pointer destination")
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	base := reflectx.Deref(v.Type())
+	var err error
+	if scannable(rows.Mapper, base) {
+		cols, cerr := rows.Columns()
+		switch {
+		case cerr != nil:
+			return cerr
+		case len(cols) > 1:
+			return fmt.Errorf("scannable dest type %s with >1 columns (%d) in result", base.Kind(), len(cols))
+		}
+		err = rows.Scan(dest)
+	} else {
+		err = rows.StructScan(dest)
+	}
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+var scannerType = reflect.TypeFor[sql.Scanner]()
+
+// scannable reports whether a value of type t is scanned whole, as sqlx
+// decides it: a Scanner, a type that is not a struct, or a struct without
+// exported fields.
+func scannable(m *reflectx.Mapper, t reflect.Type) bool {
+	if reflect.PointerTo(t).Implements(scannerType) || t.Kind() != reflect.Struct {
+		return true
+	}
+	return len(m.TypeMap(t).Index) == 0
+}
+
+// riddenRows serves rows already sent to sqlx.SelectContext, which asks
+// for them with QueryxContext.
+type riddenRows struct{ rows *sqlx.Rows }
+
+func (r riddenRows) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return r.rows.Rows, nil
+}
+
+func (r riddenRows) QueryxContext(context.Context, string, ...any) (*sqlx.Rows, error) {
+	return r.rows, nil
+}
+
+func (r riddenRows) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	panic("guard: riddenRows serves QueryxContext only")
+}

@@ -1,0 +1,335 @@
+package guard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redfence/redfence/fence"
+	"github.com/redfence/redfence/guard"
+	"github.com/redfence/redfence/internal/testenv"
+)
+
+// rideEnv is an env whose MySQL connections count round trips, and whose key "k" already has
+// its fence row (a claim rides only for a key whose row the Guard saw).
+func rideEnv(t *testing.T, opt guard.Options) (*env, *connFaults) {
+	t.Helper()
+	f := newConnFaults()
+	e := newEnv(t, envConfig{guard: &opt, dial: f.wrap})
+	must(t, e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error { return nil }))
+	return e, f
+}
+
+// roundTripsOf returns the MySQL round trips of one Do on key, counted
+// once every connection is back in the pool (the release of a committed
+// transaction follows Do).
+func roundTripsOf(t *testing.T, e *env, f *connFaults, key string, fn func(context.Context, *guard.Tx) error) int64 {
+	t.Helper()
+	waitFor(t, "idle pool", func() bool { return e.db.Stats().InUse == 0 })
+	before := f.roundTrips.Load()
+	must(t, e.g.Do(context.Background(), key, fn))
+	waitFor(t, "idle pool", func() bool { return e.db.Stats().InUse == 0 })
+	return f.roundTrips.Load() - before
+}
+
+// The claim rides with fn's first statement: a Do whose fn sends one
+// statement costs one MySQL round trip fewer than with the claim on its
+// own, and with arguments, on a pool that prepares statements on the
+// server, two (the statement goes with its arguments written in, where the
+// driver would prepare it first). The statement's result is what the
+// server reported for it.
+func TestClaimRidesWithFirstStatement(t *testing.T) {
+	alone, fa := rideEnv(t, guard.Options{ClaimWithFirstStatement: false})
+	rides, fr := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	for _, c := range []struct {
+		name  string
+		saved int64
+		fn    func(context.Context, *guard.Tx) error
+	}{
+		{"Exec", 1, func(ctx context.Context, tx *guard.Tx) error {
+			res, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				t.Errorf("RowsAffected = %d, %v; want 1", n, err)
+			}
+			if id, err := res.LastInsertId(); err != nil || id != 0 {
+				t.Errorf("LastInsertId = %d, %v; want 0", id, err)
+			}
+			return nil
+		}},
+		{"Get", 1, func(ctx context.Context, tx *guard.Tx) error {
+			var n int
+			if err := tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
+			return err
+		}},
+		{"Exec with arguments", 2, func(ctx context.Context, tx *guard.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + ? WHERE id = ?", 1, 1)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := roundTripsOf(t, alone, fa, "k", c.fn)
+			r := roundTripsOf(t, rides, fr, "k", c.fn)
+			if r != a-c.saved {
+				t.Fatalf("round trips: %d with the claim riding, %d with it alone; want %d fewer", r, a, c.saved)
+			}
+		})
+	}
+	if n := rides.counter(1); n != 3 {
+		t.Fatalf("counter = %d, want 3", n)
+	}
+}
+
+// What a statement that carried the claim returns is what it returns sent
+// on its own: rows, affected rows, insert ids, NULL, quotes in strings,
+// the column's collation, and arguments that cannot be written into the
+// text (sent after the claim).
+func TestRiddenStatementResultsMatch(t *testing.T) {
+	type row struct {
+		ID   int64          `db:"id"`
+		Name string         `db:"name"`
+		Note sql.NullString `db:"note"`
+	}
+	type outcome struct {
+		affected, insertID int64
+		got                []row
+		one                row
+		count              int
+	}
+	run := func(opt guard.Options, first string) outcome {
+		e, _ := rideEnv(t, opt)
+		testenv.MustExec(t, e.db, "CREATE TABLE people (id BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(40) COLLATE utf8mb4_general_ci, note VARCHAR(40) NULL)")
+		testenv.MustExec(t, e.db, "INSERT INTO people (name, note) VALUES ('alice', NULL), ('O''Brien', 'x'), ('back\\\\slash', 'y')")
+		var o outcome
+		must(t, e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+			switch first {
+			case "update":
+				res, err := tx.ExecContext(ctx, "UPDATE people SET id = LAST_INSERT_ID(id + 10) WHERE name = ?", "O'Brien")
+				if err != nil {
+					return err
+				}
+				o.affected, _ = res.RowsAffected()
+				o.insertID, _ = res.LastInsertId()
+			case "delete":
+				res, err := tx.ExecContext(ctx, "DELETE FROM people WHERE name = ? OR note <=> ?", "ALICE", nil)
+				if err != nil {
+					return err
+				}
+				o.affected, _ = res.RowsAffected()
+				o.insertID, _ = res.LastInsertId()
+			case "select":
+				if err := tx.SelectContext(ctx, &o.got, "SELECT id, name, note FROM people WHERE id > ? ORDER BY id", 0.5); err != nil {
+					return err
+				}
+			case "get":
+				if err := tx.GetContext(ctx, &o.one, "SELECT id, name, note FROM people WHERE name = ?", "back\\slash"); err != nil {
+					return err
+				}
+			case "count":
+				if err := tx.GetContext(ctx, &o.count, "SELECT COUNT(*) FROM people WHERE name = ?", "ALICE"); err != nil {
+					return err
+				}
+			case "queryx":
+				rows, err := tx.QueryxContext(ctx, "SELECT id, name, note FROM people WHERE id <> ? ORDER BY id", int8(2))
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var r row
+					if err := rows.StructScan(&r); err != nil {
+						return err
+					}
+					o.got = append(o.got, r)
+				}
+				return rows.Err()
+			}
+			return nil
+		}))
+		return o
+	}
+	for _, first := range []string{"update", "delete", "select", "get", "count", "queryx"} {
+		t.Run(first, func(t *testing.T) {
+			want := run(guard.Options{ClaimWithFirstStatement: false}, first)
+			got := run(guard.Options{ClaimWithFirstStatement: true}, first)
+			if !sameOutcome(got.got, want.got) || got.affected != want.affected || got.insertID != want.insertID || got.one != want.one || got.count != want.count {
+				t.Fatalf("riding the claim: %+v; sent alone: %+v", got, want)
+			}
+		})
+	}
+}
+
+func sameOutcome[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A stale token is fenced when the claim rides: fn's first statement
+// returns the refusal and does not run, and Do returns ErrFenced.
+func TestRiddenClaimOfStaleTokenIsFenced(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	ctx := context.Background()
+	future := uint64(time.Now().Add(time.Hour).UnixMicro())
+	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, e.g.FenceResource("k"))
+	var stmtErr error
+	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		_, stmtErr = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
+		return stmtErr
+	})
+	if !errors.Is(err, guard.ErrFenced) || !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Do = %v, want ErrFenced", err)
+	}
+	if !errors.Is(stmtErr, guard.ErrFenced) {
+		t.Fatalf("fn's first statement = %v, want ErrFenced", stmtErr)
+	}
+	if n := e.counter(1); n != 0 {
+		t.Fatalf("counter = %d: the statement that carried a stale claim ran", n)
+	}
+}
+
+// A read fn sends through the embedded *sqlx.Tx before its first Tx
+// statement, on a snapshot older than the last holder's COMMIT, is caught
+// by the server when the claim rides (snapshot isolation): the attempt
+// runs again with the claim on its own, and no update is lost.
+func TestStrayReadBeforeRiddenClaimIsCaught(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	ctx := context.Background()
+
+	// Another transaction holds the fence row, as a holder still
+	// committing would.
+	f, err := e.fence("k")
+	must(t, err)
+	other, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	defer other.Rollback()
+	must(t, fence.ClaimExisting(ctx, other, e.g.FenceResource("k"), f.Token, f.Owner, "other"))
+
+	read := make(chan struct{}, 2)
+	var calls atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		done <- e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			calls.Add(1)
+			var n int
+			if err := tx.Tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
+				return err
+			}
+			read <- struct{}{}
+			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = 1", n+1)
+			return err
+		})
+	}()
+	<-read
+	waitFor(t, "the ridden claim to wait for the fence row", func() bool {
+		var waiting int
+		_ = e.db.Get(&waiting, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE "+fence.Table+" SET%'")
+		return waiting > 0
+	})
+	if _, err := other.ExecContext(ctx, "UPDATE counters SET n = n + 100 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	must(t, other.Commit())
+	must(t, <-done)
+	if n := e.counter(1); n != 101 {
+		t.Fatalf("counter = %d, want 101: the update from the stale read was kept", n)
+	}
+	if c := calls.Load(); c != 2 {
+		t.Fatalf("fn ran %d times, want 2 (once refused, once with the claim on its own)", c)
+	}
+}
+
+// Under READ COMMITTED a snapshot does not outlast its statement, so the
+// server cannot tell a stray read: the compound statement refuses to let
+// the claim ride, and the attempt runs again with the claim on its own.
+func TestRideRefusedUnderReadCommitted(t *testing.T) {
+	f := newConnFaults()
+	opt := guard.Options{ClaimWithFirstStatement: true}
+	e := newEnv(t, envConfig{guard: &opt})
+	rc := openDB(t, e.dsn+rcParam(e.dsn), f.wrap)
+	g := guard.New(e.locker, rc, &opt)
+	ctx := context.Background()
+	var calls atomic.Int64
+	for range 3 {
+		must(t, g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+			calls.Add(1)
+			return increment(ctx, tx, 1)
+		}))
+	}
+	if n := e.counter(1); n != 3 {
+		t.Fatalf("counter = %d, want 3", n)
+	}
+	// The first Do claims on its own (the row is new), the second is
+	// refused once, and the Guard claims on its own from then on.
+	if c := calls.Load(); c != 4 {
+		t.Fatalf("fn ran %d times, want 4", c)
+	}
+}
+
+func rcParam(dsn string) string {
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return sep + "tx_isolation=%27READ-COMMITTED%27"
+}
+
+// fn's first statement carries the claim as a prepared statement, which
+// holds one statement: a text with a second one is refused by the server
+// and nothing of it runs.
+func TestRiddenStatementIsOneStatement(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	err := e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+		_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1; UPDATE counters SET n = n + 1 WHERE id = 2")
+		return err
+	})
+	if err == nil {
+		t.Fatal("Do = nil; a text of two statements ran")
+	}
+	if a, b := e.counter(1), e.counter(2); a != 0 || b != 0 {
+		t.Fatalf("counters = %d, %d after a refused text", a, b)
+	}
+}
+
+// fn that sends no statement: the claim goes on its own before COMMIT.
+// fn that fails before its first statement: nothing is claimed.
+func TestRideWithoutStatements(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	ctx := context.Background()
+	before, err := e.fence("k")
+	must(t, err)
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return nil }))
+	after, err := e.fence("k")
+	must(t, err)
+	if after.Token <= before.Token {
+		t.Fatalf("fence token %d after a Do without statements, was %d: not claimed", after.Token, before.Token)
+	}
+	boom := errors.New("boom")
+	if err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want boom", err)
+	}
+	last, err := e.fence("k")
+	must(t, err)
+	if last.Token != after.Token {
+		t.Fatalf("fence token moved to %d for a fn that failed before its first statement", last.Token)
+	}
+	e.assertFree("k")
+}
+
+var _ net.Conn // the dial wrappers take and return net.Conn
