@@ -127,6 +127,13 @@
 //     their transactions beside their lock requests and give them back
 //     when queued, while Redis is cut off twice and MySQL slows down; after
 //     the load every connection of every pool must be back.
+//   - claim-rides (scenario_ride_test.go): three processes whose Guards
+//     send the claim with fn's first statement
+//     (guard.Options.ClaimWithFirstStatement), while the lock's Redis keys
+//     are deleted under their holders (two holders start fn before their
+//     claims are known, and only the fence row keeps their statements
+//     apart) and connections in a transaction are killed; claims must have
+//     ridden and the kills hit.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to

@@ -92,18 +92,26 @@ func BuyFn(item, opID string, qty int, pause func(ctx context.Context, tx *guard
 // stmts is what a buy needs of its transaction; *guard.Tx (whose methods
 // watch the fenced transaction) and *sqlx.Tx both have it.
 type stmts interface {
-	QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// itemRow is what a buy reads of its item.
+type itemRow struct {
+	Stock int   `db:"stock"`
+	Seq   int64 `db:"seq"`
 }
 
 // buyIn runs the statements of a buy in tx, which claimed the fence row with
 // token under the claim operation id fenceOp.
 func buyIn(ctx context.Context, tx stmts, item, opID string, qty int, token uint64, fenceOp string, pause func(context.Context) error) error {
-	var stock int
-	var seq int64
-	if err := tx.QueryRowxContext(ctx, selectItem, item).Scan(&stock, &seq); err != nil {
+	// The first statement, with which the claim rides under
+	// guard.Options.ClaimWithFirstStatement.
+	var row itemRow
+	if err := tx.GetContext(ctx, &row, selectItem, item); err != nil {
 		return fmt.Errorf("chaos: read stock: %w", err)
 	}
+	stock, seq := row.Stock, row.Seq
 	if stock < qty {
 		return ErrSoldOut
 	}
