@@ -72,11 +72,10 @@
 // In the source, in call order: do.go (input, nesting, the server check),
 // turn.go (the lock; early.go begins beside it), attempt.go, claim.go,
 // session.go (the server's proof of the transaction), tx.go (fn's
-// statements), commit.go, settle.go (what a failure means); beside them
+// statements, ride.go), commit.go, settle.go (what a failure means); beside them
 // relay.go, spare.go, batch.go, batch_run.go and fallback.go.
 //
 // How Do works and what each choice costs (the hand-off, relaying,
-// batching, the database fallback, Galera, nesting, fence rows and
-// namespaces) is in the design note, docs/design.md in the repository:
+// batching, the fallback, Galera, nesting, fence rows) is in the design note, docs/design.md in the repository:
 // https://github.com/redfence/redfence/blob/main/docs/design.md
 package guard
