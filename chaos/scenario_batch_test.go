@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redfence/redfence/guard"
 	"github.com/redfence/redfence/internal/testenv"
 )
@@ -68,38 +70,10 @@ func runBatched(t *testing.T, e *env, opt guard.Options) {
 	waitLoad := e.loadHolding(lctx, 20*time.Millisecond, 2*time.Millisecond, buyers...)
 	defer func() { stop(); waitLoad() }()
 
-	killer := e.open(e.dsn)
-	killer.SetMaxOpenConns(1)
-	var faults sync.WaitGroup
-	var kills atomic.Int64
-	faults.Go(func() {
-		r := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
-		for i := 0; lctx.Err() == nil; i++ {
-			select {
-			case <-lctx.Done():
-				return
-			case <-time.After(time.Duration(150+r.IntN(200)) * time.Millisecond):
-			}
-			if i%2 == 0 {
-				_ = e.dropGrant(lctx, srv.Client())
-				continue
-			}
-			var ids []int64
-			// Connections in a transaction of this scenario's database,
-			// whether running a statement or between two.
-			if err := killer.SelectContext(lctx, &ids, "SELECT p.ID FROM information_schema.PROCESSLIST p"+
-				" JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID"+
-				" WHERE p.DB = DATABASE() AND p.ID <> CONNECTION_ID()"); err != nil || len(ids) == 0 {
-				continue
-			}
-			if _, err := killer.ExecContext(lctx, "KILL ?", ids[r.IntN(len(ids))]); err == nil {
-				kills.Add(1)
-			}
-		}
-	})
+	faults, kills := e.dropGrantsAndKill(lctx, srv.Client(), 7)
 	time.Sleep(6 * time.Second)
 	stop()
-	faults.Wait()
+	faults()
 	waitLoad()
 	s := e.finish()
 	var txs, batches int
@@ -125,4 +99,40 @@ func runBatched(t *testing.T, e *env, opt guard.Options) {
 func (e *env) member(c *client) *client {
 	e.clients++
 	return &client{e: e, id: e.clients, g: c.g, locker: c.locker, db: c.db}
+}
+
+// dropGrantsAndKill, until ctx ends, alternately deletes the lock's Redis
+// keys under their holders and kills a connection of e's database that is
+// in a transaction (running a statement or between two), every 150 to
+// 350ms, randomly from seed. wait returns once it has stopped; kills counts
+// the connections killed.
+func (e *env) dropGrantsAndKill(ctx context.Context, rdb *redis.Client, seed uint64) (wait func(), kills *atomic.Int64) {
+	killer := e.open(e.dsn)
+	killer.SetMaxOpenConns(1)
+	kills = new(atomic.Int64)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
+		for i := 0; ctx.Err() == nil; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(150+r.IntN(200)) * time.Millisecond):
+			}
+			if i%2 == 0 {
+				_ = e.dropGrant(ctx, rdb)
+				continue
+			}
+			var ids []int64
+			if err := killer.SelectContext(ctx, &ids, "SELECT p.ID FROM information_schema.PROCESSLIST p"+
+				" JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID"+
+				" WHERE p.DB = DATABASE() AND p.ID <> CONNECTION_ID()"); err != nil || len(ids) == 0 {
+				continue
+			}
+			if _, err := killer.ExecContext(ctx, "KILL ?", ids[r.IntN(len(ids))]); err == nil {
+				kills.Add(1)
+			}
+		}
+	})
+	return wg.Wait, kills
 }

@@ -6,9 +6,7 @@ import (
 	"database/sql/driver"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,36 +49,10 @@ func TestScenarioClaimRides(t *testing.T) {
 	waitLoad := e.loadHolding(lctx, 10*time.Millisecond, 2*time.Millisecond, buyers...)
 	defer func() { stop(); waitLoad() }()
 
-	killer := e.open(e.dsn)
-	killer.SetMaxOpenConns(1)
-	var faults sync.WaitGroup
-	var kills atomic.Int64
-	faults.Go(func() {
-		r := rand.New(rand.NewPCG(11, uint64(time.Now().UnixNano())))
-		for i := 0; lctx.Err() == nil; i++ {
-			select {
-			case <-lctx.Done():
-				return
-			case <-time.After(time.Duration(150+r.IntN(200)) * time.Millisecond):
-			}
-			if i%2 == 0 {
-				_ = e.dropGrant(lctx, srv.Client())
-				continue
-			}
-			var ids []int64
-			if err := killer.SelectContext(lctx, &ids, "SELECT p.ID FROM information_schema.PROCESSLIST p"+
-				" JOIN information_schema.INNODB_TRX x ON x.trx_mysql_thread_id = p.ID"+
-				" WHERE p.DB = DATABASE() AND p.ID <> CONNECTION_ID()"); err != nil || len(ids) == 0 {
-				continue
-			}
-			if _, err := killer.ExecContext(lctx, "KILL ?", ids[r.IntN(len(ids))]); err == nil {
-				kills.Add(1)
-			}
-		}
-	})
+	faults, kills := e.dropGrantsAndKill(lctx, srv.Client(), 11)
 	time.Sleep(6 * time.Second)
 	stop()
-	faults.Wait()
+	faults()
 	waitLoad()
 	s := e.finish()
 	t.Logf("%d claims rode with fn's first statement; %d connections killed; retries %d", rides.Load(), kills.Load(), retries.Load())

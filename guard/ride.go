@@ -381,7 +381,7 @@ func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (row
 	err = rows.Err()
 	_ = rows.Close()
 	if err == nil {
-		return nil, true, fmt.Errorf("guard: %q: the statement sent with the claim returned no result", t.key)
+		return rows, true, nil // no result set (SELECT … INTO): rows without rows, closed
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && (me.Number == 1295 || me.Number == 1314) {
