@@ -186,6 +186,7 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired ti
 	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
 	if tx.claimPending() && ferr == nil {
 		_ = tx.sendClaim(lctx) // fn sent no statement the claim could ride with
+		tx.flushClaimStep()
 	}
 	if retry, err := tx.claimFailure(); err != nil {
 		return retry, err
@@ -235,6 +236,7 @@ func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(con
 	sctx := withScope(fctx, &scope{g: g, key: tx.key, tx: tx})
 	fstart := tr.now()
 	ferr := fn(sctx, tx)
+	tx.flushClaimStep()
 	tx.settleAfterFn(ctx, ferr)
 	if f := tx.failure(); f != nil && ferr != nil && fctx != lctx &&
 		errors.Is(ferr, context.Canceled) && context.Cause(fctx) == f.first && ctx.Err() == nil {

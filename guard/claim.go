@@ -151,6 +151,7 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	c := &claiming{a: a, lctx: lctx, h: h, n: n, st: st, connID: connID}
 	if ride {
+		c.deferred = true
 		tx.claim.bare = connID == 0
 		tx.claim.pending.Store(c)
 		return a, false, nil
@@ -172,6 +173,9 @@ type claiming struct {
 	st     stepper
 	connID uint64 // the session's, when the transaction is already marked (relayed)
 	retry  bool   // after a failure: whether a new attempt may follow
+	// deferred: the claim rides with fn's first statement, which may run on
+	// a goroutine of fn's; its step is recorded on Do's (flushClaimStep).
+	deferred bool
 }
 
 // run sends the claim, with r when r is not nil, on ctx (lctx, or the ctx
@@ -190,7 +194,13 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
 	var nr noFenceRow
 	var rr rideRefused
 	if !errors.As(err, &nr) && !errors.As(err, &rr) { // neither is a failed claim: see makeRow, rideRefused
-		c.st.step(StepClaim, tx.token, c.n, c.h.claimStart, err)
+		token, err := tx.token, err
+		record := func() { c.st.step(StepClaim, token, c.n, c.h.claimStart, err) }
+		if c.deferred {
+			tx.claim.step = record
+		} else {
+			record()
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -287,6 +287,21 @@ type txClaim struct {
 	err  error // the claim's failure, for the attempt
 	// retry: the attempt may run again (see claiming.outcome).
 	retry bool
+	// step records the claim's step, on Do's goroutine (flushClaimStep).
+	step func()
+}
+
+// flushClaimStep records the step of a claim that was sent since the last
+// call: hooks run on Do's goroutine, and fn may send its first statement
+// from another.
+func (t *Tx) flushClaimStep() {
+	t.claim.Lock()
+	f := t.claim.step
+	t.claim.step = nil
+	t.claim.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // bare reports whether nothing has marked the session: the claim, which

@@ -333,3 +333,33 @@ func TestRideWithoutStatements(t *testing.T) {
 }
 
 var _ net.Conn // the dial wrappers take and return net.Conn
+
+// A claim that rode is reported as a step of its own, before fn's, as one
+// sent before fn would be; a fenced one with its error.
+func TestRiddenClaimSteps(t *testing.T) {
+	var steps []string
+	opt := guard.Options{ClaimWithFirstStatement: true, Hooks: guard.Hooks{OnStep: func(_ context.Context, s guard.Step) {
+		mark := ""
+		if s.Err != nil {
+			mark = "!"
+		}
+		steps = append(steps, s.Kind.String()+mark)
+	}}}
+	e, _ := rideEnv(t, opt)
+	steps = nil
+	done := make(chan struct{})
+	must(t, e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+		// The first statement from a goroutine of fn's: the hook still runs
+		// on Do's.
+		var err error
+		go func() {
+			defer close(done)
+			err = increment(ctx, tx, 1)
+		}()
+		<-done
+		return err
+	}))
+	if got := strings.Join(steps, " "); got != "lock claim fn commit unlock" {
+		t.Fatalf("steps %q, want %q", got, "lock claim fn commit unlock")
+	}
+}
