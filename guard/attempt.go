@@ -45,13 +45,6 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work
 		}
 		retry, err := w.attempt(h, n)
 		same = false
-		if rr := (rideRefused{}); errors.As(err, &rr) {
-			// The same attempt with the claim on its own (see ride.go).
-			g.noRides(ctx, rr)
-			n--
-			same = true
-			continue
-		}
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
 			if err == nil {

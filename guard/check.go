@@ -30,7 +30,6 @@ const (
 	sqlGRSingle     = "SHOW VARIABLES LIKE 'group_replication_single_primary_mode'"
 	sqlPrepareCount = "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'"
 	sqlWithArg      = "SELECT ?"
-	sqlSnapshots    = "SHOW VARIABLES LIKE 'innodb_snapshot_isolation'"
 )
 
 // dbCheck remembers the outcome of a Guard's one check of its pool.
@@ -43,15 +42,13 @@ type dbCheck struct {
 	// (a Galera node, or Group Replication in multi-primary mode), so its
 	// row locks do not keep out a writer on another member.
 	multiPrimary atomic.Bool
-	// snapshots: the server has innodb_snapshot_isolation, which a claim
-	// needs to ride with a statement of fn (see ride.go).
-	snapshots atomic.Bool
 }
 
 // CheckDatabase returns nil when Do can run its transactions on the Guard's
 // pool, or an error wrapping [ErrUnsafePool] that names what to change. It
-// runs three to five short statements on one connection the first time it
-// succeeds, and returns the kept result after that. Do calls it before it
+// runs two to four short statements on one connection the first time it
+// succeeds (with Options.ClaimWithFirstStatement, a BEGIN and a ROLLBACK
+// too), and returns the kept result after that. Do calls it before it
 // takes the lock; call it at start-up to fail fast, or so that the first
 // Do does not pay for it. A check that could not be made (ctx ended, the
 // database unreachable) is not kept: the next call tries again. ctx bounds
@@ -88,6 +85,9 @@ func (g *Guard) checkDatabase(ctx context.Context) error {
 		c.mu.Unlock()
 
 		refusal, err := g.probe(ctx)
+		if err == nil && refusal == nil {
+			err = g.makeClosedTx(ctx)
+		}
 		c.mu.Lock()
 		if err == nil {
 			c.done, c.err = true, refusal
@@ -115,12 +115,6 @@ func (g *Guard) probe(ctx context.Context) (refusal error, err error) {
 		return nil, err
 	}
 	defer conn.Close()
-	switch _, err := variable(ctx, conn, sqlSnapshots); {
-	case err == nil:
-		g.dbCheck.snapshots.Store(true)
-	case !errors.Is(err, sql.ErrNoRows): // no row: no innodb_snapshot_isolation
-		return nil, err
-	}
 	on, err := variable(ctx, conn, sqlWsrepOn)
 	galera := err == nil && strings.EqualFold(on, "ON")
 	if err != nil && !errors.Is(err, sql.ErrNoRows) { // no row: no Galera support compiled in

@@ -10,7 +10,6 @@ package guard
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -152,8 +151,7 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 	c := &claiming{a: a, lctx: lctx, h: h, n: n, st: st, connID: connID}
 	if ride {
 		c.deferred = true
-		tx.claim.bare = connID == 0
-		tx.claim.pending.Store(c)
+		tx.deferClaim(c, connID == 0, g.closedTx.Load())
 		return a, false, nil
 	}
 	if _, err := c.run(lctx, nil); err != nil {
@@ -182,7 +180,7 @@ type claiming struct {
 // of fn's statement, which the end of lctx also ends while the claim
 // waits), and returns the rows of r's result. The failure is one of the
 // values claim documents, with c.retry set.
-func (c *claiming) run(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
+func (c *claiming) run(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
 	a, g := c.a, c.a.g
 	tx := a.tx
 	connID, rows, err := g.claimSession(ctx, c.lctx, a.stx, tx, c.connID, r)
@@ -191,9 +189,7 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
 	}
 	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	c.retry, err = c.outcome(err)
-	var nr noFenceRow
-	var rr rideRefused
-	if !errors.As(err, &nr) && !errors.As(err, &rr) { // neither is a failed claim: see makeRow, rideRefused
+	if nr := (noFenceRow{}); !errors.As(err, &nr) { // not a failed claim: see makeRow
 		token, err := tx.token, err
 		record := func() { c.st.step(StepClaim, token, c.n, c.h.claimStart, err) }
 		if c.deferred {
@@ -212,12 +208,9 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
 // outcome tells what the claim's error err means for the attempt.
 func (c *claiming) outcome(err error) (retry bool, _ error) {
 	g, key, lctx := c.a.g, c.a.tx.key, c.lctx
-	var rr rideRefused
 	switch {
 	case err == nil:
 		return false, nil
-	case errors.As(err, &rr):
-		return false, rr
 	case errors.Is(err, fence.ErrNoFence):
 		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 	case errors.Is(err, fence.ErrStale):

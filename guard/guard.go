@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
@@ -38,10 +39,12 @@ type Guard struct {
 	// early transaction waited for it took (see early.go).
 	grantTime atomic.Int64
 	open      openTxs // keys whose transaction an attempt here has open (see spare.go)
-	// rowsSeen: keys whose fence row a claim found; rideOff: the server
-	// refused a claim that rode with a statement (see ride.go).
+	// rowsSeen: keys whose fence row a claim found; closedTx: a transaction
+	// of the pool, rolled back, for fn's embedded *sqlx.Tx until a claim
+	// that rides holds (see ride.go).
 	rowsSeen seenRows
-	rideOff  atomic.Bool
+	closedTx atomic.Pointer[sqlx.Tx]
+	closing  sync.Mutex // makes closedTx
 
 	// beforeCommit, when set by tests, runs between fn and COMMIT.
 	beforeCommit func(ctx context.Context, tx *Tx)

@@ -114,29 +114,31 @@ type Options struct {
 	// ClaimWithFirstStatement sends the claim with fn's first statement
 	// instead of before fn runs, which saves a Do one round trip to the
 	// database. It applies when that statement is an UPDATE or DELETE sent
-	// by Exec, or a SELECT sent by Query, Queryx, Get or Select, with
-	// arguments that can be written into the text (numbers, strings
-	// without a backslash or NUL, NULL), on a server with
-	// innodb_snapshot_isolation (MariaDB 10.6.18, 10.11.8 and later), for a
-	// key whose fence row this Guard has seen; otherwise the claim goes on
-	// its own before fn's first statement, or, when fn sends none, before
-	// COMMIT.
+	// by Exec, or a SELECT sent by Query, Queryx, Get or Select, whose '?'
+	// are all placeholders and whose arguments can be written into the text
+	// (numbers, strings without a backslash or NUL, NULL), for a key whose
+	// fence row this Guard has seen; otherwise the claim goes on its own
+	// before fn's first statement, or, when fn sends none, before COMMIT.
 	//
 	// What changes for fn: it starts once the Redis lock is held, before
 	// its claim is known. None of its statements runs before the claim
-	// holds the fence row, and a claim that fails (a stale token, a lost
-	// lock) is the error of fn's first statement, which did not run; Do
-	// then handles the failure as it would have before fn. But whatever
-	// fn does before its first statement outside the database (a call to
-	// another service, a file written) is done even by a call that is then
-	// fenced: keep such work after the first statement, or leave this off.
-	// With HandOffAtClaim (or HandOffAuto) the lock is then passed on once
-	// fn has returned and the claim holds the row, rather than at the
-	// claim, so that fn never runs at the same time for one key; every
-	// process that locks the key must use the same setting for that to
-	// hold across processes (the database keeps their statements apart
-	// either way). Not with batching (Batch.Max > 1) or in database mode,
-	// which claim before fn.
+	// holds the fence row: a claim that fails (a stale token, a lost lock)
+	// is the error of fn's first statement, which did not run, and Do then
+	// handles the failure as it would have before fn; until then the
+	// *sqlx.Tx that Tx embeds is a closed transaction, whose statements fail
+	// with sql.ErrTxDone. The first statement's ctx also bounds the wait for
+	// the previous holder's COMMIT. But whatever fn does before its first
+	// statement outside the database (a call to another service, a file
+	// written) is done even by a call that is then fenced: keep such work
+	// after the first statement, or leave this off.
+	//
+	// The lock is passed on once fn has returned and the claim holds the
+	// row, rather than at the claim, so that fn never runs at the same time
+	// for one key; every process that locks the key must use the same
+	// setting for that to hold across processes (the database keeps their
+	// statements apart either way). That makes a hot key slower: this is
+	// for keys seldom contended. Not with batching (Batch.Max > 1) or in
+	// database mode, which claim before fn.
 	// default: false
 	ClaimWithFirstStatement bool
 

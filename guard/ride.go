@@ -6,34 +6,33 @@ package guard
 // which statements may carry the claim and renders them; whether the claim
 // holds is decided in claim.go, what a failure means in attempt.go.
 //
-// The request is one compound statement (BEGIN NOT ATOMIC … END), which
-// the server runs with the session's own SQL mode and character sets:
+// The request is one compound statement, which the server runs with the
+// session's own SQL mode and character sets:
 //
-//	IF @@tx_isolation NOT IN ('REPEATABLE-READ', 'SERIALIZABLE') THEN SIGNAL …
-//	SET STATEMENT innodb_snapshot_isolation = ON FOR CALL redfence_begin_claim(mark, claim);
-//	IF LAST_INSERT_ID() = 1 THEN EXECUTE IMMEDIATE X'<statement>'; … END IF;
+//	BEGIN NOT ATOMIC
+//	  CALL redfence_begin_claim(mark, claim);
+//	  IF LAST_INSERT_ID() = 1 THEN EXECUTE IMMEDIATE X'<statement>'; … END IF;
+//	END
 //
-// Safety rests on what the server checks, not on reading fn's SQL:
+// Safety rests on what cannot happen, not on reading fn's SQL:
 //   - fn's statement runs as a prepared statement (EXECUTE IMMEDIATE), which
 //     holds one statement or is refused: no text can make it two;
 //   - it runs only after the claim accepted the token, in the same
 //     transaction;
-//   - a statement fn ran before, through the embedded *sqlx.Tx (which Tx
-//     cannot see), could have read a snapshot older than the last holder's
-//     COMMIT. Under snapshot isolation the claim's locking read of the
-//     fence row then fails (ER_CHECKREAD), since the row's latest version
-//     is not in that snapshot; REPEATABLE READ or SERIALIZABLE is required
-//     for the snapshot to last, so the compound statement refuses any
-//     other level. Either refusal rolls the attempt back and runs it again
-//     with the claim sent on its own, and the Guard sends it on its own
-//     from then on.
+//   - nothing else of fn reaches the transaction before the claim holds:
+//     every other method of Tx sends the claim first (on its own, in the
+//     same compound statement), and the *sqlx.Tx that Tx embeds is, until
+//     then, a transaction of the pool that was rolled back (Guard.closedTx),
+//     whose statements fail with sql.ErrTxDone. A statement sent there
+//     cannot read a snapshot older than the last holder's COMMIT, nor
+//     commit a write before the claim.
 //
 // Which statements ride is a matter of fidelity, not of safety: an UPDATE
 // or DELETE sent by Exec (whose affected rows and insert id the compound
 // statement reports exactly: ROW_COUNT(), and LAST_INSERT_ID() from 0), or a
-// SELECT sent by Query, Queryx, Get or Select, whose arguments render as
-// literals that mean what the bound values mean. Anything else, or a text
-// with a '?' that is not a placeholder, sends the claim on its own first.
+// SELECT sent by Query, Queryx, Get or Select, whose '?' are all
+// placeholders and whose arguments render as literals that mean what the
+// bound values mean. Anything else sends the claim on its own first.
 
 import (
 	"context"
@@ -65,21 +64,27 @@ type rideStmt struct {
 	exec bool
 }
 
-// maxRide bounds the text of a statement that carries the claim; a longer
-// one is sent as it is, after the claim.
+// maxRide bounds the text of a statement that carries the claim, its
+// arguments written in (it goes in hexadecimal, twice as long); a longer one
+// is sent as it is, after the claim.
 const maxRide = 16 << 10
 
 // newRide returns query with args written in, when it may carry the claim,
 // or nil.
 func newRide(query string, args []any, exec bool) *rideStmt {
 	words, ok := leadingWords(query, 1)
-	if !ok || len(words) == 0 || len(query) > maxRide || strings.Count(query, "?") != len(args) {
+	if !ok || len(words) == 0 || len(query) > maxRide {
 		return nil
 	}
 	switch verb := words[0]; {
+	case strings.Contains(strings.ToUpper(query), "RETURNING"):
+		return nil // its rows would come before the row count
 	case exec && (verb == "UPDATE" || verb == "DELETE"):
 	case !exec && verb == "SELECT":
 	default:
+		return nil
+	}
+	if n, ok := placeholders(query); !ok || n != len(args) {
 		return nil
 	}
 	var b strings.Builder
@@ -95,7 +100,60 @@ func newRide(query string, args []any, exec bool) *rideStmt {
 		rest = rest[i+1:]
 	}
 	b.WriteString(rest)
+	if b.Len() > maxRide {
+		return nil
+	}
 	return &rideStmt{text: b.String(), exec: exec}
+}
+
+// placeholders counts the '?' of query, and reports whether every one is a
+// placeholder: none inside a quoted string or identifier or a comment, and
+// nothing in the text that SQL modes read differently (a backslash in a
+// quoted string) or that runs what it hides (an executable comment).
+func placeholders(q string) (n int, ok bool) {
+	for i := 0; i < len(q); i++ {
+		end := ""
+		switch c := q[i]; {
+		case c == '?':
+			n++
+			continue
+		case c == '\'', c == '"', c == '`':
+			j := i + 1
+			for ; j < len(q) && (q[j] != c || j+1 < len(q) && q[j+1] == c); j++ {
+				if q[j] == c { // a doubled quote
+					j++
+				} else if q[j] == '\\' && c != '`' {
+					return 0, false
+				}
+			}
+			if j >= len(q) || strings.IndexByte(q[i:j], '?') >= 0 {
+				return 0, false
+			}
+			i = j
+			continue
+		case c == '#', c == '-' && strings.HasPrefix(q[i:], "--") && (i+2 == len(q) || q[i+2] <= ' '):
+			end = "\n"
+		case c == '/' && strings.HasPrefix(q[i:], "/*"):
+			if strings.HasPrefix(q[i:], "/*!") || strings.HasPrefix(q[i:], "/*M!") {
+				return 0, false
+			}
+			end = "*/"
+		default:
+			continue
+		}
+		j := strings.Index(q[i:], end)
+		if j < 0 {
+			if end == "*/" {
+				return 0, false
+			}
+			j = len(q) - i
+		}
+		if strings.IndexByte(q[i:i+j], '?') >= 0 {
+			return 0, false
+		}
+		i += j
+	}
+	return n, true
 }
 
 // literal renders v as an SQL literal that means what v bound as an
@@ -153,9 +211,7 @@ func literal(v any) (lit string, ok bool) {
 // marked by mark, and r once claim accepted the token.
 func rideBlock(mark, claim string, r *rideStmt) string {
 	var b strings.Builder
-	b.WriteString("BEGIN NOT ATOMIC IF @@tx_isolation NOT IN ('REPEATABLE-READ', 'SERIALIZABLE') THEN ")
-	b.WriteString("SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + rideIsolation + "'; END IF; ")
-	b.WriteString("SET STATEMENT innodb_snapshot_isolation = ON FOR ")
+	b.WriteString("BEGIN NOT ATOMIC ")
 	b.WriteString(fmt.Sprintf(sqlBeginClaim, mark, hex.EncodeToString([]byte(claim))))
 	if r.text == "" {
 		b.WriteString("; END")
@@ -173,83 +229,47 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 	return b.String()
 }
 
-// rideIsolation is the message of the compound statement's refusal of an
-// isolation level under which a snapshot does not last.
-const rideIsolation = "redfence: the claim rides only under REPEATABLE READ or SERIALIZABLE"
-
-const (
-	erCheckRead        = 1020 // ER_CHECKREAD: the row changed since the transaction's snapshot
-	erUnknownSystemVar = 1193 // no innodb_snapshot_isolation on this server
-	erSignal           = 1644 // ER_SIGNAL_EXCEPTION
-)
-
-// rideRefused says that the server would not let the claim ride with a
-// statement of fn (see the file comment): the attempt runs again with the
-// claim on its own, which is not a failed attempt.
-type rideRefused struct{ err error }
-
-func (r rideRefused) Error() string {
-	return "guard: the claim cannot ride with fn's statement: " + r.err.Error()
-}
-func (r rideRefused) Unwrap() error { return r.err }
-
-// asRideRefused returns err as a rideRefused when it is one of the
-// server's refusals of a ride.
-func asRideRefused(err error) error {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return err
-	}
-	switch {
-	case me.Number == erCheckRead:
-		return rideRefused{fmt.Errorf("a statement sent through the embedded *sqlx.Tx before fn's first Tx statement read a snapshot older than the last holder's COMMIT: %w", err)}
-	case me.Number == erUnknownSystemVar, me.Number == erSignal && me.Message == rideIsolation:
-		return rideRefused{err}
-	}
-	return err
-}
-
 // rides reports whether the claim of h's attempt may ride with fn's first
-// statement: enabled (ridesOn) and not refused since, a Redis
-// token (database mode mints it in the claim), a server with snapshot
-// isolation whose row locks keep every writer out, an isolation level under
-// which snapshots last, and a key whose fence row was seen (a missing one
-// is made before the claim, which must then be its own statement).
+// statement: enabled (ridesOn), a Redis token (database mode mints it in
+// the claim), the closed transaction fn's embedded *sqlx.Tx stands for
+// until then (made by the pool check), and a key whose fence row was seen
+// (a missing one is made before the claim, which must then be its own
+// statement).
 func (g *Guard) rides(h holding) bool {
-	return g.ridesOn() && !g.rideOff.Load() && !h.dbMode() && h.token != 0 &&
-		lastingSnapshots(g.opt.TxOptions) && g.rowsSeen.seen(h.key)
+	return g.ridesOn() && !h.dbMode() && h.token != 0 && g.closedTx.Load() != nil && g.rowsSeen.seen(h.key)
 }
 
 // ridesOn reports whether the Guard's claims ride with fn's first
-// statement where they can (Options.ClaimWithFirstStatement, on a server
-// that allows it): its calls then pass the lock on once fn has returned,
-// never at the claim (see attemptTx.handOn), whether their own claim rode
-// or not, since the next holder's might.
+// statement where they can (Options.ClaimWithFirstStatement, without
+// batching, on a server whose row locks keep every writer out): its calls
+// then pass the lock on once fn has returned, never at the claim (see
+// attemptTx.handOn), whether their own claim rode or not, since the next
+// holder's might.
 func (g *Guard) ridesOn() bool {
-	return g.opt.ClaimWithFirstStatement && g.opt.MaxBatch <= 1 &&
-		g.dbCheck.snapshots.Load() && !g.dbCheck.multiPrimary.Load()
+	return g.opt.ClaimWithFirstStatement && g.opt.MaxBatch <= 1 && !g.dbCheck.multiPrimary.Load()
 }
 
-// lastingSnapshots reports whether transactions begun with o keep their
-// snapshot for their whole life (or take the session's level, which the
-// compound statement checks).
-func lastingSnapshots(o *sql.TxOptions) bool {
-	if o == nil {
-		return true
+// makeClosedTx makes Guard.closedTx, once: a transaction of the pool, rolled
+// back at once, whose statements fail with sql.ErrTxDone without touching a
+// connection.
+func (g *Guard) makeClosedTx(ctx context.Context) error {
+	if !g.opt.ClaimWithFirstStatement || g.closedTx.Load() != nil {
+		return nil
 	}
-	switch o.Isolation {
-	case sql.LevelDefault, sql.LevelRepeatableRead, sql.LevelSerializable:
-		return true
+	g.closing.Lock()
+	defer g.closing.Unlock()
+	if g.closedTx.Load() != nil {
+		return nil
 	}
-	return false
-}
-
-// noRides makes the Guard send every claim on its own from now on, after
-// the server refused a ride (err).
-func (g *Guard) noRides(ctx context.Context, err error) {
-	if g.rideOff.CompareAndSwap(false, true) {
-		g.opt.Logger.WarnContext(ctx, "guard: claims are sent on their own from now on", "err", err)
+	tx, err := g.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
 	}
+	if err := tx.Rollback(); err != nil {
+		return err
+	}
+	g.closedTx.Store(tx)
+	return nil
 }
 
 // seenRows remembers, per slot of a small table that keys hash into, a
@@ -279,8 +299,14 @@ func (s *seenRows) seen(key string) bool {
 // txClaim is the claim of a Tx whose claim rides with fn's first
 // statement, until it is sent, and its outcome.
 type txClaim struct {
+	// deferred is set before fn runs, and never changes: the claim was left
+	// to fn's statements.
+	deferred bool
 	sync.Mutex
-	pending atomic.Pointer[claiming] // the claim, until it is sent
+	pending *claiming // the claim, until it is sent
+	// live is the attempt's transaction, which Tx embeds once the claim
+	// holds (until then, Guard.closedTx).
+	live *sqlx.Tx
 	// bare: nothing has marked the session yet (see session.go), so the
 	// transaction is rolled back without redfence_rollback.
 	bare bool
@@ -291,10 +317,26 @@ type txClaim struct {
 	step func()
 }
 
+// deferClaim leaves the claim c to fn's statements. bare says that nothing
+// marked the session yet; closed, when not nil, stands for the transaction
+// in Tx's embedded *sqlx.Tx until the claim holds.
+func (t *Tx) deferClaim(c *claiming, bare bool, closed *sqlx.Tx) {
+	t.claim.deferred = true
+	t.claim.pending = c
+	t.claim.bare = bare
+	t.claim.live = t.Tx
+	if closed != nil {
+		t.Tx = closed
+	}
+}
+
 // flushClaimStep records the step of a claim that was sent since the last
 // call: hooks run on Do's goroutine, and fn may send its first statement
 // from another.
 func (t *Tx) flushClaimStep() {
+	if !t.claim.deferred {
+		return
+	}
 	t.claim.Lock()
 	f := t.claim.step
 	t.claim.step = nil
@@ -307,59 +349,77 @@ func (t *Tx) flushClaimStep() {
 // bare reports whether nothing has marked the session: the claim, which
 // was to ride, was never sent.
 func (t *Tx) bare() bool {
+	if !t.claim.deferred {
+		return false
+	}
 	t.claim.Lock()
 	defer t.claim.Unlock()
 	return t.claim.bare
 }
 
 // claimPending reports whether the claim is still to be sent.
-func (t *Tx) claimPending() bool { return t.txState != nil && t.claim.pending.Load() != nil }
+func (t *Tx) claimPending() bool {
+	if t.txState == nil || !t.claim.deferred {
+		return false
+	}
+	t.claim.Lock()
+	defer t.claim.Unlock()
+	return t.claim.pending != nil
+}
 
 // claimFailure returns the failure of a claim that rode (or was sent late),
 // and whether the attempt may run again.
 func (t *Tx) claimFailure() (retry bool, err error) {
+	if !t.claim.deferred {
+		return false, nil
+	}
 	t.claim.Lock()
 	defer t.claim.Unlock()
 	return t.claim.retry, t.claim.err
 }
 
-// sendClaim sends a pending claim on its own, and returns its failure.
+// sendClaim sends a pending claim on its own, or waits for the one under
+// way, and returns the claim's failure, if it failed.
 func (t *Tx) sendClaim(ctx context.Context) error {
-	if !t.claimPending() {
+	if t.txState == nil || !t.claim.deferred {
 		return nil
+	}
+	t.claim.Lock()
+	defer t.claim.Unlock()
+	if t.claim.pending == nil {
+		return t.claimErr()
 	}
 	rows, err := t.runClaim(ctx, &rideStmt{})
 	if rows != nil {
 		err = t.observe(rows.Close())
 	}
-	if errors.Is(err, errNotPending) {
-		return nil
-	}
 	return err
 }
 
-// runClaim sends the pending claim, with r when r is not nil, and returns
-// the rows of the compound statement after the claim's answer.
-func (t *Tx) runClaim(ctx context.Context, r *rideStmt) (*sql.Rows, error) {
-	t.claim.Lock()
-	defer t.claim.Unlock()
-	c := t.claim.pending.Swap(nil)
-	if c == nil {
-		return nil, errNotPending
+// claimErr is the error of fn's statements once the claim failed.
+func (t *Tx) claimErr() error {
+	if t.claim.err == nil {
+		return nil
 	}
+	return fmt.Errorf("guard: %q: the claim failed: %w", t.key, unwrapNoRow(t.claim.err))
+}
+
+// runClaim sends the pending claim, with r, and returns the rows of the
+// compound statement after the claim's answer. t.claim is locked.
+func (t *Tx) runClaim(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
+	c := t.claim.pending
+	t.claim.pending = nil
 	t.claim.bare = false
 	rows, err := c.run(ctx, r)
 	if err == nil {
+		t.Tx = t.claim.live
 		return rows, nil
 	}
 	t.claim.retry, t.claim.err = c.retry, err
-	ferr := fmt.Errorf("guard: %q: the claim sent with this statement failed: %w", t.key, unwrapNoRow(err))
+	ferr := t.claimErr()
 	t.fail(ferr, false)
 	return nil, ferr
 }
-
-// errNotPending: another statement sent the claim meanwhile.
-var errNotPending = errors.New("guard: no claim pending")
 
 func unwrapNoRow(err error) error {
 	if nr := (noFenceRow{}); errors.As(err, &nr) {
@@ -371,9 +431,9 @@ func unwrapNoRow(err error) error {
 // ride sends the pending claim with query, and returns the rows of query's
 // result. rode is false when there was no claim to send or query cannot
 // carry it: the caller then sends query as usual (before sends the claim on
-// its own first).
-func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (rows *sql.Rows, rode bool, err error) {
-	if !t.claimPending() {
+// its own first, or waits for the one under way).
+func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (rows *sqlx.Rows, rode bool, err error) {
+	if t.txState == nil || !t.claim.deferred {
 		return nil, false, nil
 	}
 	if err := t.vet(ctx); err != nil {
@@ -383,11 +443,14 @@ func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (row
 	if r == nil {
 		return nil, false, nil
 	}
-	rows, err = t.runClaim(ctx, r)
-	switch {
-	case errors.Is(err, errNotPending):
+	t.claim.Lock()
+	if t.claim.pending == nil {
+		t.claim.Unlock()
 		return nil, false, nil
-	case err != nil:
+	}
+	rows, err = t.runClaim(ctx, r)
+	t.claim.Unlock()
+	if err != nil {
 		return nil, true, err
 	}
 	if rows.NextResultSet() {

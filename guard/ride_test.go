@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -204,61 +205,91 @@ func TestRiddenClaimOfStaleTokenIsFenced(t *testing.T) {
 	}
 }
 
-// A read fn sends through the embedded *sqlx.Tx before its first Tx
-// statement, on a snapshot older than the last holder's COMMIT, is caught
-// by the server when the claim rides (snapshot isolation): the attempt
-// runs again with the claim on its own, and no update is lost.
-func TestStrayReadBeforeRiddenClaimIsCaught(t *testing.T) {
+// Until the claim holds, the *sqlx.Tx that Tx embeds is a closed
+// transaction: what fn sends there before its first Tx statement fails
+// with sql.ErrTxDone and runs nothing. It can neither read a snapshot older
+// than the last holder's COMMIT nor write, or commit, before the claim.
+// Once the claim rode, it is the attempt's transaction.
+func TestEmbeddedTxClosedUntilRiddenClaimHolds(t *testing.T) {
 	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
 	ctx := context.Background()
-
-	// Another transaction holds the fence row, as a holder still
-	// committing would.
-	f, err := e.fence("k")
-	must(t, err)
-	other, err := e.db.BeginTxx(ctx, nil)
-	must(t, err)
-	defer other.Rollback()
-	must(t, fence.ClaimExisting(ctx, other, e.g.FenceResource("k"), f.Token, f.Owner, "other"))
-
-	read := make(chan struct{}, 2)
-	var calls atomic.Int64
-	done := make(chan error, 1)
-	go func() {
-		done <- e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
-			calls.Add(1)
-			var n int
-			if err := tx.Tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1"); err != nil {
-				return err
-			}
-			read <- struct{}{}
-			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = 1", n+1)
+	var before [3]error
+	var seen int
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		var n int
+		before[0] = tx.Tx.GetContext(ctx, &n, "SELECT n FROM counters WHERE id = 1")
+		_, before[1] = tx.Tx.ExecContext(ctx, "UPDATE counters SET n = n + 100 WHERE id = 1")
+		_, before[2] = tx.Tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS stray (id INT)")
+		if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1"); err != nil {
 			return err
-		})
-	}()
-	<-read
-	waitFor(t, "the ridden claim to wait for the fence row", func() bool {
-		var waiting int
-		_ = e.db.Get(&waiting, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE "+fence.Table+" SET%'")
-		return waiting > 0
-	})
-	if _, err := other.ExecContext(ctx, "UPDATE counters SET n = n + 100 WHERE id = 1"); err != nil {
-		t.Fatal(err)
+		}
+		return tx.Tx.GetContext(ctx, &seen, "SELECT n FROM counters WHERE id = 1")
+	}))
+	for i, err := range before {
+		if !errors.Is(err, sql.ErrTxDone) {
+			t.Errorf("statement %d through the embedded *sqlx.Tx before the claim: %v, want sql.ErrTxDone", i, err)
+		}
 	}
-	must(t, other.Commit())
-	must(t, <-done)
-	if n := e.counter(1); n != 101 {
-		t.Fatalf("counter = %d, want 101: the update from the stale read was kept", n)
+	if seen != 1 || e.counter(1) != 1 {
+		t.Fatalf("after the claim the embedded *sqlx.Tx read %d, counter %d; want 1 and 1", seen, e.counter(1))
 	}
-	if c := calls.Load(); c != 2 {
-		t.Fatalf("fn ran %d times, want 2 (once refused, once with the claim on its own)", c)
+	var tables int
+	must(t, e.db.Get(&tables, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'stray'"))
+	if tables != 0 {
+		t.Fatal("a statement sent before the claim ran")
 	}
 }
 
-// Under READ COMMITTED a snapshot does not outlast its statement, so the
-// server cannot tell a stray read: the compound statement refuses to let
-// the claim ride, and the attempt runs again with the claim on its own.
-func TestRideRefusedUnderReadCommitted(t *testing.T) {
+// A stale holder whose fn sends statements from two goroutines: the one
+// that waits while the other's statement carries the claim gets the claim's
+// refusal, and runs nothing (a MyISAM table keeps what a rollback would
+// undo).
+func TestSecondStatementWaitsForTheRiddenClaim(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	ctx := context.Background()
+	testenv.MustExec(t, e.db, "CREATE TABLE audit (id INT AUTO_INCREMENT PRIMARY KEY, what VARCHAR(20)) ENGINE=MyISAM")
+	future := uint64(time.Now().Add(time.Hour).UnixMicro())
+	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, e.g.FenceResource("k"))
+	newer, err := e.db.BeginTxx(ctx, nil)
+	must(t, err)
+	defer newer.Rollback()
+	_, err = newer.ExecContext(ctx, "SELECT token FROM "+fence.Table+" WHERE resource = ? FOR UPDATE", e.g.FenceResource("k"))
+	must(t, err)
+	var first, second error
+	err = e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		firstDone := make(chan struct{})
+		go func() {
+			defer close(firstDone)
+			_, first = tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
+		}()
+		waitFor(t, "the ridden claim to wait for the fence row", func() bool {
+			var n int
+			_ = e.db.Get(&n, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE "+fence.Table+" SET%'")
+			return n > 0
+		})
+		secondDone := make(chan struct{})
+		go func() {
+			defer close(secondDone)
+			_, second = tx.ExecContext(ctx, "INSERT INTO audit (what) VALUES (?)", "stale")
+		}()
+		time.Sleep(50 * time.Millisecond) // the second statement waits for the claim meanwhile
+		must(t, newer.Commit())
+		<-firstDone
+		<-secondDone
+		return errors.Join(first, second)
+	})
+	if !errors.Is(err, guard.ErrFenced) || !errors.Is(first, guard.ErrFenced) || !errors.Is(second, guard.ErrFenced) {
+		t.Fatalf("Do = %v; first statement %v; second %v; want ErrFenced for all", err, first, second)
+	}
+	var audit int
+	must(t, e.db.Get(&audit, "SELECT COUNT(*) FROM audit"))
+	if audit != 0 || e.counter(1) != 0 {
+		t.Fatalf("%d audit rows, counter %d: a statement of a stale holder ran", audit, e.counter(1))
+	}
+}
+
+// Under READ COMMITTED, too, a claim rides (nothing can read before it).
+func TestRideUnderReadCommitted(t *testing.T) {
 	f := newConnFaults()
 	opt := guard.Options{ClaimWithFirstStatement: true}
 	e := newEnv(t, envConfig{guard: &opt})
@@ -266,19 +297,18 @@ func TestRideRefusedUnderReadCommitted(t *testing.T) {
 	g := guard.New(e.locker, rc, &opt)
 	ctx := context.Background()
 	var calls atomic.Int64
+	var isolation string
 	for range 3 {
 		must(t, g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
 			calls.Add(1)
-			return increment(ctx, tx, 1)
+			if err := increment(ctx, tx, 1); err != nil {
+				return err
+			}
+			return tx.GetContext(ctx, &isolation, "SELECT @@tx_isolation")
 		}))
 	}
-	if n := e.counter(1); n != 3 {
-		t.Fatalf("counter = %d, want 3", n)
-	}
-	// The first Do claims on its own (the row is new), the second is
-	// refused once, and the Guard claims on its own from then on.
-	if c := calls.Load(); c != 4 {
-		t.Fatalf("fn ran %d times, want 4", c)
+	if n, c := e.counter(1), calls.Load(); n != 3 || c != 3 || isolation != "READ-COMMITTED" {
+		t.Fatalf("counter %d, fn ran %d times, isolation %s; want 3, 3, READ-COMMITTED", n, c, isolation)
 	}
 }
 
@@ -288,6 +318,79 @@ func rcParam(dsn string) string {
 		sep = "&"
 	}
 	return sep + "tx_isolation=%27READ-COMMITTED%27"
+}
+
+// What cannot ride goes as it would without the option, after the claim
+// on its own: an argument too long to write into the text, a DELETE …
+// RETURNING, a '?' inside a quoted string (whose argument would otherwise
+// be spliced into the literal), and rows on a pool made with Unsafe keep
+// tolerating columns the destination lacks.
+func TestWhatCannotRideGoesAsItIs(t *testing.T) {
+	type onlyN struct {
+		N int `db:"n"`
+	}
+	big := strings.Repeat("x", 9<<20)
+	for _, c := range []struct {
+		name   string
+		unsafe bool
+		fn     func(ctx context.Context, tx *guard.Tx) (string, error)
+	}{
+		{"long argument", false, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			res, err := tx.ExecContext(ctx, "UPDATE docs SET body = ? WHERE id = ?", big, 1)
+			if err != nil {
+				return "", err
+			}
+			n, _ := res.RowsAffected()
+			return fmt.Sprint("affected ", n), nil
+		}},
+		{"returning", false, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			res, err := tx.ExecContext(ctx, "DELETE FROM docs WHERE id = ? RETURNING id, body", 2)
+			if err != nil {
+				return "", err
+			}
+			n, _ := res.RowsAffected()
+			id, _ := res.LastInsertId()
+			return fmt.Sprint("affected ", n, " id ", id), nil
+		}},
+		{"question mark in a literal", false, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			var s []string
+			err := tx.SelectContext(ctx, &s, "SELECT '?' UNION ALL SELECT 'z'", "' UNION ALL SELECT CURRENT_USER() UNION ALL SELECT '")
+			return fmt.Sprintf("%q %v", s, err), nil
+		}},
+		{"unsafe pool", true, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			var one onlyN
+			var all []onlyN
+			if err := tx.GetContext(ctx, &one, "SELECT id, n FROM counters WHERE id = ?", 1); err != nil {
+				return "", err
+			}
+			err := tx.SelectContext(ctx, &all, "SELECT id, n FROM counters ORDER BY id")
+			return fmt.Sprint(one, all), err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(ride bool) string {
+				opt := guard.Options{ClaimWithFirstStatement: ride}
+				e, _ := rideEnv(t, opt)
+				testenv.MustExec(t, e.db, "CREATE TABLE docs (id INT PRIMARY KEY, body LONGTEXT)")
+				testenv.MustExec(t, e.db, "INSERT INTO docs VALUES (1, ''), (2, 'b')")
+				g := e.g
+				if c.unsafe {
+					g = guard.New(e.locker, e.db.Unsafe(), &opt)
+					must(t, g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error { return nil }))
+				}
+				var out string
+				err := g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+					var err error
+					out, err = c.fn(ctx, tx)
+					return err
+				})
+				return fmt.Sprintf("%.200s | Do = %v", out, err)
+			}
+			if alone, ridden := run(false), run(true); alone != ridden {
+				t.Fatalf("with the option: %s\nwithout: %s", ridden, alone)
+			}
+		})
+	}
 }
 
 // fn's first statement carries the claim as a prepared statement, which

@@ -105,7 +105,7 @@ func (e *notClaimingError) Unwrap() error { return e.err }
 // either way, and the rows of r's result are returned. It returns the
 // connection id, for killOnEnd. While the claim waits for the fence row,
 // the end of lctx, or of ctx, ends it on the server (see killOnEnd).
-func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, connID uint64, r *rideStmt) (uint64, *sql.Rows, error) {
+func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, connID uint64, r *rideStmt) (uint64, *sqlx.Rows, error) {
 	var q fence.Querier = stx
 	var bc *beginClaim
 	if connID == 0 || r != nil {
@@ -159,7 +159,7 @@ type beginClaim struct {
 	ride   *rideStmt
 	sent   bool
 	connID uint64
-	rows   *sql.Rows
+	rows   *sqlx.Rows
 }
 
 func (b *beginClaim) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -184,9 +184,9 @@ func (b *beginClaim) ExecContext(ctx context.Context, query string, args ...any)
 // rideClaim sends claim and b.ride in one compound statement, reads the
 // claim's answer, and keeps the rows that follow when the claim accepted.
 func (b *beginClaim) rideClaim(ctx context.Context, claim string) (sql.Result, error) {
-	rows, err := b.stx.QueryContext(ctx, rideBlock(b.mark, claim, b.ride))
+	rows, err := b.stx.QueryxContext(ctx, rideBlock(b.mark, claim, b.ride))
 	if err != nil {
-		return nil, schemaErr(asRideRefused(err))
+		return nil, schemaErr(err)
 	}
 	var id uint64
 	if !rows.Next() {
@@ -195,7 +195,7 @@ func (b *beginClaim) rideClaim(ctx context.Context, claim string) (sql.Result, e
 		if err == nil {
 			err = errors.New("guard: the claim answered nothing")
 		}
-		return nil, schemaErr(asRideRefused(err))
+		return nil, schemaErr(err)
 	}
 	if err := rows.Scan(&b.connID, &id); err != nil {
 		_ = rows.Close()

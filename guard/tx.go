@@ -89,7 +89,10 @@ import (
 // Statements run through the embedded *sqlx.Tx, Unsafe, or statements fn
 // prepared or bound get none of these early errors (their failures reach
 // Do only when fn returns them), but the guarantees above hold for them
-// too. Never use any of them after fn has returned.
+// too. Never use any of them after fn has returned. With
+// Options.ClaimWithFirstStatement the embedded *sqlx.Tx is a closed
+// transaction (sql.ErrTxDone) until fn's first statement through Tx's own
+// methods has claimed.
 type Tx struct {
 	*sqlx.Tx
 
@@ -712,7 +715,10 @@ func (t *Tx) MustExec(query string, args ...any) sql.Result {
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	ctx, _ = t.stmtCtx(ctx, true) // released with the batch: the rows outlive the call
 	if rows, rode, err := t.ride(ctx, query, args, false); rode {
-		return rows, err
+		if err != nil {
+			return nil, err
+		}
+		return rows.Rows, nil
 	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
@@ -737,7 +743,7 @@ func (t *Tx) QueryxContext(ctx context.Context, query string, args ...any) (*sql
 		if err != nil {
 			return nil, err
 		}
-		return &sqlx.Rows{Rows: rows, Mapper: t.Mapper}, nil
+		return rows, nil
 	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
@@ -804,7 +810,7 @@ func (t *Tx) GetContext(ctx context.Context, dest any, query string, args ...any
 		if err != nil {
 			return err
 		}
-		return t.observe(scanOne(&sqlx.Rows{Rows: rows, Mapper: t.Mapper}, dest))
+		return t.observe(scanOne(rows, dest))
 	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
@@ -829,8 +835,7 @@ func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...
 		if err != nil {
 			return err
 		}
-		r := &sqlx.Rows{Rows: rows, Mapper: t.Mapper}
-		return t.observe(sqlx.SelectContext(ctx, riddenRows{r}, dest, query, args...))
+		return t.observe(sqlx.SelectContext(ctx, riddenRows{rows}, dest, query, args...))
 	}
 	opaque, err := t.before(ctx, query)
 	if err != nil {
