@@ -172,8 +172,10 @@ type claiming struct {
 	connID uint64 // the session's, when the transaction is already marked (relayed)
 	retry  bool   // after a failure: whether a new attempt may follow
 	// deferred: the claim rides with fn's first statement, which may run on
-	// a goroutine of fn's; its step is recorded on Do's (flushClaimStep).
+	// a goroutine of fn's; its step is recorded on Do's (flushClaimStep),
+	// and fenced, when set, reports a stale token there.
 	deferred bool
+	fenced   func()
 }
 
 // run sends the claim, with r when r is not nil, on ctx (lctx, or the ctx
@@ -190,12 +192,20 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
 	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	c.retry, err = c.outcome(err)
 	if nr := (noFenceRow{}); !errors.As(err, &nr) { // not a failed claim: see makeRow
-		token, err := tx.token, err
-		record := func() { c.st.step(StepClaim, token, c.n, c.h.claimStart, err) }
 		if c.deferred {
-			tx.claim.step = record
+			// fn's statement may run on a goroutine of fn's: the step and
+			// OnFenced wait for Do's (Tx.flushClaimStep).
+			token, end, err, fenced := tx.token, time.Now(), err, c.fenced
+			tx.claim.step = func() {
+				if fenced != nil {
+					fenced()
+				}
+				if tr, ok := c.st.(*tracer); ok {
+					tr.stepEnded(StepClaim, token, c.n, c.h.claimStart, end, err)
+				}
+			}
 		} else {
-			record()
+			c.st.step(StepClaim, tx.token, c.n, c.h.claimStart, err)
 		}
 	}
 	if err != nil {
@@ -214,6 +224,11 @@ func (c *claiming) outcome(err error) (retry bool, _ error) {
 	case errors.Is(err, fence.ErrNoFence):
 		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 	case errors.Is(err, fence.ErrStale):
+		if c.deferred {
+			token := c.a.tx.token
+			c.fenced = func() { g.reportFenced(c.a.ctx, key, token, err) }
+			return false, g.fencedErr(c.a.ctx, key, token, err)
+		}
 		return false, g.fenced(c.a.ctx, key, c.a.tx.token, err)
 	}
 	err = g.lostOr(lctx, err)

@@ -125,15 +125,32 @@ func (g *Guard) usable() error {
 // (claimErr is not a *fence.StaleError), current is reported as 0 and the
 // floor is left alone.
 func (g *Guard) fenced(ctx context.Context, key string, token uint64, claimErr error) error {
-	var current uint64
-	var stale *fence.StaleError
-	if errors.As(claimErr, &stale) {
-		current = stale.Current
-	}
+	g.reportFenced(ctx, key, token, claimErr)
+	return g.fencedErr(ctx, key, token, claimErr)
+}
+
+// reportFenced logs a stale token and calls OnFenced.
+func (g *Guard) reportFenced(ctx context.Context, key string, token uint64, claimErr error) {
+	current := staleCurrent(claimErr)
 	g.opt.Logger.WarnContext(ctx, "guard: token fenced by the database", "key", key, "token", token, "current", current)
 	if h := g.opt.Hooks.OnFenced; h != nil {
 		h(key, token, current)
 	}
+}
+
+// staleCurrent is the token a stale claim found, or 0.
+func staleCurrent(claimErr error) uint64 {
+	var stale *fence.StaleError
+	if errors.As(claimErr, &stale) {
+		return stale.Current
+	}
+	return 0
+}
+
+// fencedErr is the error of a stale claim, after the Locker's token floor
+// was raised to the token the fence row holds.
+func (g *Guard) fencedErr(ctx context.Context, key string, token uint64, claimErr error) error {
+	current := staleCurrent(claimErr)
 	err := fmt.Errorf("%w: %w", ErrFenced, claimErr)
 	if current == 0 {
 		return err

@@ -151,10 +151,14 @@ func (t *tracer) now() time.Time {
 }
 
 func (t *tracer) step(kind StepKind, token uint64, attempt int, start time.Time, err error) {
+	t.stepEnded(kind, token, attempt, start, time.Now(), err)
+}
+
+// stepEnded is step for a step that ended at end, recorded later.
+func (t *tracer) stepEnded(kind StepKind, token uint64, attempt int, start, end time.Time, err error) {
 	if t == nil {
 		return
 	}
-	end := time.Now()
 	switch kind {
 	case StepLock:
 		t.res.Wait = end.Sub(start)

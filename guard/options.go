@@ -139,6 +139,15 @@ type Options struct {
 	// statements apart either way). That makes a hot key slower: this is
 	// for keys seldom contended. Not with batching (Batch.Max > 1) or in
 	// database mode, which claim before fn.
+	//
+	// A statement that carried the claim differs from one sent on its own
+	// only in what the server derives from its text: a column without an
+	// alias is named after the value written in ("SELECT ?" names its
+	// column "1"), and results come in the text protocol (on a pool that
+	// prepares statements, a BIGINT UNSIGNED above 1<<63 scans into an any
+	// as a uint64 rather than as bytes). Do not read tx.Tx or tx.Mapper on
+	// one goroutine while another may send fn's first statement: the
+	// embedded *sqlx.Tx is replaced when the claim holds.
 	// default: false
 	ClaimWithFirstStatement bool
 

@@ -88,18 +88,18 @@ func newRide(query string, args []any, exec bool) *rideStmt {
 		return nil
 	}
 	var b strings.Builder
-	rest := query
+	at := 0
 	for _, a := range args {
 		lit, ok := literal(a)
-		if !ok {
+		i := at + strings.IndexByte(query[at:], '?')
+		if !ok || !apart(query, i) {
 			return nil
 		}
-		i := strings.IndexByte(rest, '?')
-		b.WriteString(rest[:i])
+		b.WriteString(query[at:i])
 		b.WriteString(lit)
-		rest = rest[i+1:]
+		at = i + 1
 	}
-	b.WriteString(rest)
+	b.WriteString(query[at:])
 	if b.Len() > maxRide {
 		return nil
 	}
@@ -131,7 +131,10 @@ func placeholders(q string) (n int, ok bool) {
 			}
 			i = j
 			continue
-		case c == '#', c == '-' && strings.HasPrefix(q[i:], "--") && (i+2 == len(q) || q[i+2] <= ' '):
+		case c == '#', c == '-' && strings.HasPrefix(q[i:], "--"):
+			// Any "--" counts: the server's rule (a space or control
+			// character after it) is narrower, and a '?' seen as commented
+			// out only keeps the statement from riding.
 			end = "\n"
 		case c == '/' && strings.HasPrefix(q[i:], "/*"):
 			if strings.HasPrefix(q[i:], "/*!") || strings.HasPrefix(q[i:], "/*M!") {
@@ -141,27 +144,41 @@ func placeholders(q string) (n int, ok bool) {
 		default:
 			continue
 		}
-		j := strings.Index(q[i:], end)
+		from := i + len(end) // "/*/" does not end the comment it opens
+		if end == "\n" {
+			from = i + 1
+		}
+		j := strings.Index(q[from:], end)
 		if j < 0 {
 			if end == "*/" {
 				return 0, false
 			}
-			j = len(q) - i
+			j = len(q) - from
 		}
-		if strings.IndexByte(q[i:i+j], '?') >= 0 {
+		if strings.IndexByte(q[i:from+j], '?') >= 0 {
 			return 0, false
 		}
-		i += j
+		i = from + j
 	}
 	return n, true
 }
 
+// apart reports whether the '?' at q[i] stands apart from the tokens
+// around it, so that the literal written in its place reads as a token of
+// its own: "?e1" or "x'?" would read otherwise.
+func apart(q string, i int) bool {
+	const sep = " \t\r\n\f\v(),=<>!+-*/%|&^~;:"
+	return (i == 0 || strings.IndexByte(sep, q[i-1]) >= 0) &&
+		(i+1 == len(q) || strings.IndexByte(sep, q[i+1]) >= 0)
+}
+
 // literal renders v as an SQL literal that means what v bound as an
-// argument means, whatever the session's SQL mode: numbers, NULL, and
-// strings with neither a backslash nor a NUL byte (quotes doubled, which
-// reads the same with and without NO_BACKSLASH_ESCAPES). ok is false for
-// anything else ([]byte, time.Time, NaN, ...), which then goes as an
-// argument, after the claim.
+// argument means, whatever the session's SQL mode: signed integers,
+// doubles, NULL, and strings with neither a backslash nor a NUL byte
+// (quotes doubled, which reads the same with and without
+// NO_BACKSLASH_ESCAPES). ok is false for anything else (unsigned integers,
+// which the driver binds as BIGINT UNSIGNED, []byte, time.Time, NaN, ...),
+// which then goes as an argument, after the claim.
 func literal(v any) (lit string, ok bool) {
 	if vr, isValuer := v.(driver.Valuer); isValuer {
 		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
@@ -188,9 +205,14 @@ func literal(v any) (lit string, ok bool) {
 		}
 		return "0", true
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return strconv.FormatInt(rv.Int(), 10), true
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return strconv.FormatUint(rv.Uint(), 10), true
+		switch v := rv.Int(); {
+		case v == math.MinInt64:
+			return "", false // no literal negates as the bound value does
+		case v < 0:
+			return "(" + strconv.FormatInt(v, 10) + ")", true // "-?" must not read "--5"
+		default:
+			return strconv.FormatInt(v, 10), true
+		}
 	case reflect.Float64:
 		f := rv.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
@@ -261,7 +283,11 @@ func (g *Guard) makeClosedTx(ctx context.Context) error {
 	if g.closedTx.Load() != nil {
 		return nil
 	}
-	tx, err := g.db.BeginTxx(ctx, nil)
+	// The transaction keeps its ctx for the Guard's life: not the caller's.
+	bctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	tx, err := g.db.BeginTxx(bctx, nil)
 	if err != nil {
 		return err
 	}

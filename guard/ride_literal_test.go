@@ -23,12 +23,15 @@ func TestRideLiterals(t *testing.T) {
 		{nil, "NULL", true},
 		{true, "1", true},
 		{false, "0", true},
-		{int64(-42), "-42", true},
-		{uint64(math.MaxUint64), "18446744073709551615", true},
+		{int64(-42), "(-42)", true}, // "-?" must not read "--42"
+		{int64(math.MinInt64), "", false},
+		{uint64(7), "", false}, // bound as BIGINT UNSIGNED, which no literal is
+		{uint8(7), "", false},
 		{0.5, "5e-01", true},
 		{"O'Brien", "'O''Brien'", true},
 		{status("open"), "'open'", true},
 		{&seven, "7", true},
+		{int32(12), "12", true},
 		{nilPtr, "NULL", true},
 		{sql.NullString{}, "NULL", true},
 		{sql.NullInt64{Int64: 3, Valid: true}, "3", true},
@@ -67,6 +70,13 @@ func TestRideStatements(t *testing.T) {
 		{"/*!50000 UPDATE */ t SET a = 1", nil, true, ""},      // an executable comment
 		{"CALL p()", nil, true, ""},                            // runs what the text does not show
 		{"SELECT a FROM t WHERE b = ?", []any{[]byte("x")}, false, ""},
+		{"DELETE FROM t WHERE id = ? /*/ ? */", []any{1, "x"}, true, ""}, // "/*/" opens a comment
+		{"DELETE FROM t WHERE id = ? --\x7f ?", []any{1, "x"}, true, ""}, // "--" and a control character
+		{"SELECT ? FROM t WHERE a = 1 -- why?\n", []any{1}, false, ""},   // a '?' in a comment
+		{"SELECT ?e1", []any{2}, false, ""},                              // the literal would glue to "e1"
+		{"SELECT a FROM t WHERE b = ?", []any{-3}, false, "SELECT a FROM t WHERE b = (-3)"},
+		{"SELECT a FROM t LIMIT ?", []any{10}, false, "SELECT a FROM t LIMIT 10"},
+		{"SELECT `a?` FROM t WHERE b = ?", []any{1}, false, ""},
 	} {
 		r := newRide(c.query, c.args, c.exec)
 		got := ""

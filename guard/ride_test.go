@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/redfence/redfence/fence"
 	"github.com/redfence/redfence/guard"
@@ -357,6 +360,18 @@ func TestWhatCannotRideGoesAsItIs(t *testing.T) {
 			err := tx.SelectContext(ctx, &s, "SELECT '?' UNION ALL SELECT 'z'", "' UNION ALL SELECT CURRENT_USER() UNION ALL SELECT '")
 			return fmt.Sprintf("%q %v", s, err), nil
 		}},
+		{"a '?' in a comment that opens with /*/", false, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			_, err := tx.ExecContext(ctx, "DELETE FROM docs WHERE id = ? /*/ note: ? */", 1, "*/ OR 1=1 /*")
+			return fmt.Sprint(err), nil
+		}},
+		{"unsigned argument", false, func(ctx context.Context, tx *guard.Tx) (string, error) {
+			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n - ? WHERE id = ?", uint64(5), 1)
+			var me *mysql.MySQLError
+			if errors.As(err, &me) {
+				return fmt.Sprint("error ", me.Number), nil // the message names the test's database
+			}
+			return fmt.Sprint(err), nil
+		}},
 		{"unsafe pool", true, func(ctx context.Context, tx *guard.Tx) (string, error) {
 			var one onlyN
 			var all []onlyN
@@ -465,4 +480,72 @@ func TestRiddenClaimSteps(t *testing.T) {
 	if got := strings.Join(steps, " "); got != "lock claim fn commit unlock" {
 		t.Fatalf("steps %q, want %q", got, "lock claim fn commit unlock")
 	}
+}
+
+// What Tx reads of the pool's driver while a claim rides (sqlx's named
+// helpers ask for DriverName) does not race with the claim that replaces
+// the embedded *sqlx.Tx (run with -race).
+func TestDriverNameWhileTheClaimRides(t *testing.T) {
+	e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: true})
+	for range 10 {
+		must(t, e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+			done := make(chan string)
+			go func() { done <- tx.DriverName() + tx.Rebind("?") }()
+			err := increment(ctx, tx, 1)
+			if got := <-done; got != "mysql?" {
+				t.Errorf("DriverName and Rebind: %q", got)
+			}
+			return err
+		}))
+	}
+}
+
+// A claim that rode is timed as its own round trip, not as fn, and
+// OnFenced runs on Do's goroutine as for a claim sent before fn.
+func TestRiddenClaimStepTimingAndFencedHook(t *testing.T) {
+	var claim, fnStep guard.Step
+	var hookG, doG string
+	opt := guard.Options{ClaimWithFirstStatement: true, Hooks: guard.Hooks{
+		OnStep: func(_ context.Context, s guard.Step) {
+			switch s.Kind {
+			case guard.StepClaim:
+				claim = s
+			case guard.StepFn:
+				fnStep = s
+			}
+		},
+		OnFenced: func(string, uint64, uint64) { hookG = goroutine() },
+	}}
+	e, _ := rideEnv(t, opt)
+	ctx := context.Background()
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1"); err != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}))
+	if claim.Duration >= 100*time.Millisecond || fnStep.Duration < 200*time.Millisecond {
+		t.Fatalf("claim step %v, fn step %v: the claim was timed to the end of fn", claim.Duration, fnStep.Duration)
+	}
+	future := uint64(time.Now().Add(time.Hour).UnixMicro())
+	testenv.MustExec(t, e.db, "UPDATE "+fence.Table+" SET token = ? WHERE resource = ?", future, e.g.FenceResource("k"))
+	doG = goroutine()
+	err := e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		done := make(chan error)
+		go func() {
+			_, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = 1")
+			done <- err
+		}()
+		return <-done
+	})
+	if !errors.Is(err, guard.ErrFenced) || hookG != doG {
+		t.Fatalf("Do = %v; OnFenced on goroutine %s, Do on %s", err, hookG, doG)
+	}
+}
+
+func goroutine() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1]
 }

@@ -1001,6 +1001,28 @@ func (t *Tx) Unsafe() *sqlx.Tx {
 	return t.Tx.Unsafe()
 }
 
+// DriverName is the driver name of the transaction's pool.
+func (t *Tx) DriverName() string { return t.base().DriverName() }
+
+// Rebind turns the '?' of query into the bind variables of the pool's
+// driver.
+func (t *Tx) Rebind(query string) string { return t.base().Rebind(query) }
+
+// BindNamed binds the named parameters of query with arg.
+func (t *Tx) BindNamed(query string, arg any) (string, []any, error) {
+	return t.base().BindNamed(query, arg)
+}
+
+// base is the attempt's transaction, for what reads no statement: the
+// embedded *sqlx.Tx changes while a claim rides (see ride.go), this does
+// not, so that these methods never race with it.
+func (t *Tx) base() *sqlx.Tx {
+	if t.txState != nil && t.claim.deferred {
+		return t.claim.live
+	}
+	return t.Tx
+}
+
 // Compile-time checks: Tx serves sqlx's helpers (sqlx.GetContext,
 // sqlx.SelectContext, sqlx.NamedExecContext) through its watched methods.
 var (
