@@ -150,7 +150,6 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 	tx.settleLost = func(ctx context.Context) (bool, error) { return g.settle(ctx, tx) }
 	c := &claiming{a: a, lctx: lctx, h: h, n: n, st: st, connID: connID}
 	if ride {
-		c.deferred = true
 		tx.deferClaim(c, connID == 0, g.closedTx.Load())
 		return a, false, nil
 	}
@@ -171,11 +170,9 @@ type claiming struct {
 	st     stepper
 	connID uint64 // the session's, when the transaction is already marked (relayed)
 	retry  bool   // after a failure: whether a new attempt may follow
-	// deferred: the claim rides with fn's first statement, which may run on
-	// a goroutine of fn's; its step is recorded on Do's (flushClaimStep),
-	// and fenced, when set, reports a stale token there.
-	deferred bool
-	fenced   func()
+	// fenced, when set, reports a stale token of a claim that rode, on
+	// Do's goroutine (flushClaimStep).
+	fenced func()
 }
 
 // run sends the claim, with r when r is not nil, on ctx (lctx, or the ctx
@@ -192,7 +189,7 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
 	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
 	c.retry, err = c.outcome(err)
 	if nr := (noFenceRow{}); !errors.As(err, &nr) { // not a failed claim: see makeRow
-		if c.deferred {
+		if tx.claim.deferred {
 			// fn's statement may run on a goroutine of fn's: the step and
 			// OnFenced wait for Do's (Tx.flushClaimStep).
 			token, end, err, fenced := tx.token, time.Now(), err, c.fenced
@@ -224,7 +221,7 @@ func (c *claiming) outcome(err error) (retry bool, _ error) {
 	case errors.Is(err, fence.ErrNoFence):
 		return false, noFenceRow{fmt.Errorf("guard: %q: claim: %w", key, err)}
 	case errors.Is(err, fence.ErrStale):
-		if c.deferred {
+		if c.a.tx.claim.deferred {
 			token := c.a.tx.token
 			c.fenced = func() { g.reportFenced(c.a.ctx, key, token, err) }
 			return false, g.fencedErr(c.a.ctx, key, token, err)

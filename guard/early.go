@@ -81,13 +81,17 @@ type queuedKeys [256]atomic.Int64
 // transaction.
 const queuedFor = time.Second
 
-// queuedSlot hashes key (FNV-1a) to its slot.
-func queuedSlot(key string) int {
-	h := uint32(2166136261)
+// queuedSlot hashes key to its slot.
+func queuedSlot(key string) int { return int(keyHash(key) % uint64(len(queuedKeys{}))) }
+
+// keyHash is the FNV-1a hash of key, for the tables of keys a Guard keeps
+// (queuedKeys, seenRows).
+func keyHash(key string) uint64 {
+	h := uint64(14695981039346656037)
 	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
+		h = (h ^ uint64(key[i])) * 1099511628211
 	}
-	return int(h % uint32(len(queuedKeys{})))
+	return h
 }
 
 func (q *queuedKeys) mark(key string) { q[queuedSlot(key)].Store(time.Now().UnixNano()) }

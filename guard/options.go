@@ -115,7 +115,7 @@ type Options struct {
 	// instead of before fn runs, which saves a Do one round trip to the
 	// database. It applies when that statement is an UPDATE or DELETE sent
 	// by Exec, or a SELECT sent by Query, Queryx, Get or Select, whose '?'
-	// are all placeholders and whose arguments can be written into the text
+	// are all placeholders and whose arguments have literals the server binds
 	// (numbers, strings without a backslash or NUL, NULL), for a key whose
 	// fence row this Guard has seen; otherwise the claim goes on its own
 	// before fn's first statement, or, when fn sends none, before COMMIT.
@@ -141,9 +141,7 @@ type Options struct {
 	// database mode, which claim before fn.
 	//
 	// A statement that carried the claim differs from one sent on its own
-	// only in what the server derives from its text: a column without an
-	// alias is named after the value written in ("SELECT ?" names its
-	// column "1"), and results come in the text protocol (on a pool that
+	// in that its results come in the text protocol (on a pool that
 	// prepares statements, a BIGINT UNSIGNED above 1<<63 scans into an any
 	// as a uint64 rather than as bytes). Do not read tx.Tx or tx.Mapper on
 	// one goroutine while another may send fn's first statement: the

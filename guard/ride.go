@@ -11,12 +11,14 @@ package guard
 //
 //	BEGIN NOT ATOMIC
 //	  CALL redfence_begin_claim(mark, claim);
-//	  IF LAST_INSERT_ID() = 1 THEN EXECUTE IMMEDIATE X'<statement>'; … END IF;
+//	  IF LAST_INSERT_ID() = 1 THEN EXECUTE IMMEDIATE X'<statement>' USING <arguments>; … END IF;
 //	END
 //
 // Safety rests on what cannot happen, not on reading fn's SQL:
 //   - fn's statement runs as a prepared statement (EXECUTE IMMEDIATE), which
-//     holds one statement or is refused: no text can make it two;
+//     holds one statement or is refused: no text can make it two; its
+//     arguments are bound to its placeholders by the server, never written
+//     into its text, so no argument can become SQL;
 //   - it runs only after the claim accepted the token, in the same
 //     transaction;
 //   - nothing else of fn reaches the transaction before the claim holds:
@@ -31,8 +33,8 @@ package guard
 // or DELETE sent by Exec (whose affected rows and insert id the compound
 // statement reports exactly: ROW_COUNT(), and LAST_INSERT_ID() from 0), or a
 // SELECT sent by Query, Queryx, Get or Select, whose '?' are all
-// placeholders and whose arguments render as literals that mean what the
-// bound values mean. Anything else sends the claim on its own first.
+// placeholders and whose arguments have literals that bind as the driver
+// binds them. Anything else sends the claim on its own first.
 
 import (
 	"context"
@@ -55,22 +57,27 @@ import (
 	"github.com/redfence/redfence/fence"
 )
 
-// rideStmt is a statement of fn that carries the claim: its text with the
-// arguments written in, and whether it was sent by Exec. A claim that was
-// to ride and goes on its own is sent in the same compound statement, with
-// its checks, carrying an empty rideStmt.
+// rideStmt is a statement of fn that carries the claim: its text, its
+// arguments as literals, which the server binds to its placeholders
+// (EXECUTE IMMEDIATE … USING), and whether it was sent by Exec. A claim that
+// was to ride and goes on its own is sent in the same compound statement
+// carrying an empty rideStmt.
 type rideStmt struct {
-	text string
-	exec bool
+	query string
+	using []string
+	exec  bool
 }
 
-// maxRide bounds the text of a statement that carries the claim, its
-// arguments written in (it goes in hexadecimal, twice as long); a longer one
-// is sent as it is, after the claim.
+// maxRide bounds the text of a statement that carries the claim with its
+// arguments (it goes in hexadecimal, twice as long); a longer one is sent
+// as it is, after the claim.
 const maxRide = 16 << 10
 
-// newRide returns query with args written in, when it may carry the claim,
-// or nil.
+// newRide returns query with its arguments, when it may carry the claim, or
+// nil. The arguments are bound by the server, never written into query's
+// text, so what newRide reads of query (its verb, its placeholders, their
+// neighbours) decides only whether the result is the one query gives sent
+// on its own: a misreading cannot make an argument into SQL.
 func newRide(query string, args []any, exec bool) *rideStmt {
 	words, ok := leadingWords(query, 1)
 	if !ok || len(words) == 0 || len(query) > maxRide {
@@ -87,29 +94,26 @@ func newRide(query string, args []any, exec bool) *rideStmt {
 	if n, ok := placeholders(query); !ok || n != len(args) {
 		return nil
 	}
-	var b strings.Builder
-	at := 0
+	r := &rideStmt{query: query, exec: exec, using: make([]string, 0, len(args))}
+	size, at := len(query), 0
 	for _, a := range args {
 		lit, ok := literal(a)
 		i := at + strings.IndexByte(query[at:], '?')
-		if !ok || !apart(query, i) {
+		if size += len(lit) + 2; !ok || !apart(query, i) || size > maxRide {
 			return nil
 		}
-		b.WriteString(query[at:i])
-		b.WriteString(lit)
+		r.using = append(r.using, lit)
 		at = i + 1
 	}
-	b.WriteString(query[at:])
-	if b.Len() > maxRide {
-		return nil
-	}
-	return &rideStmt{text: b.String(), exec: exec}
+	return r
 }
 
 // placeholders counts the '?' of query, and reports whether every one is a
 // placeholder: none inside a quoted string or identifier or a comment, and
 // nothing in the text that SQL modes read differently (a backslash in a
-// quoted string) or that runs what it hides (an executable comment).
+// quoted string) or that runs what it hides (an executable comment). The
+// server counts them itself (and refuses a mismatch, after the claim);
+// this keeps such a query to the error database/sql gives before sending.
 func placeholders(q string) (n int, ok bool) {
 	for i := 0; i < len(q); i++ {
 		end := ""
@@ -164,16 +168,17 @@ func placeholders(q string) (n int, ok bool) {
 }
 
 // apart reports whether the '?' at q[i] stands apart from the tokens
-// around it, so that the literal written in its place reads as a token of
-// its own: "?e1" or "x'?" would read otherwise.
+// around it ("?e1" does not), as in the statements that ride: what else
+// the server makes of such a text is left to the text sent on its own.
 func apart(q string, i int) bool {
 	const sep = " \t\r\n\f\v(),=<>!+-*/%|&^~;:"
 	return (i == 0 || strings.IndexByte(sep, q[i-1]) >= 0) &&
 		(i+1 == len(q) || strings.IndexByte(sep, q[i+1]) >= 0)
 }
 
-// literal renders v as an SQL literal that means what v bound as an
-// argument means, whatever the session's SQL mode: signed integers,
+// literal renders v as an SQL literal, bound to a placeholder by EXECUTE
+// IMMEDIATE … USING, that means what v bound by the driver means, whatever
+// the session's SQL mode: signed integers,
 // doubles, NULL, and strings with neither a backslash nor a NUL byte
 // (quotes doubled, which reads the same with and without
 // NO_BACKSLASH_ESCAPES). ok is false for anything else (unsigned integers,
@@ -235,7 +240,7 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 	var b strings.Builder
 	b.WriteString("BEGIN NOT ATOMIC ")
 	b.WriteString(fmt.Sprintf(sqlBeginClaim, mark, hex.EncodeToString([]byte(claim))))
-	if r.text == "" {
+	if r.query == "" {
 		b.WriteString("; END")
 		return b.String()
 	}
@@ -243,7 +248,11 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 	if r.exec {
 		b.WriteString("DO LAST_INSERT_ID(0); ")
 	}
-	b.WriteString("EXECUTE IMMEDIATE X'" + hex.EncodeToString([]byte(r.text)) + "'; ")
+	b.WriteString("EXECUTE IMMEDIATE X'" + hex.EncodeToString([]byte(r.query)) + "'")
+	if len(r.using) > 0 {
+		b.WriteString(" USING " + strings.Join(r.using, ", "))
+	}
+	b.WriteString("; ")
 	if r.exec {
 		b.WriteString("SELECT ROW_COUNT(), LAST_INSERT_ID(); ")
 	}
@@ -305,10 +314,7 @@ func (g *Guard) makeClosedTx(ctx context.Context) error {
 type seenRows [1024]atomic.Uint64
 
 func (s *seenRows) slot(key string) (*atomic.Uint64, uint64) {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint64(key[i])) * 1099511628211
-	}
+	h := keyHash(key)
 	return &s[h%uint64(len(s))], h | 1
 }
 
@@ -462,12 +468,12 @@ func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (row
 	if t.txState == nil || !t.claim.deferred {
 		return nil, false, nil
 	}
-	if err := t.vet(ctx); err != nil {
-		return nil, true, err
-	}
 	r := newRide(query, args, exec)
 	if r == nil {
 		return nil, false, nil
+	}
+	if err := t.vet(ctx); err != nil {
+		return nil, true, err
 	}
 	t.claim.Lock()
 	if t.claim.pending == nil {

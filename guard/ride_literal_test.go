@@ -3,6 +3,7 @@ package guard
 import (
 	"database/sql"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,9 +60,9 @@ func TestRideStatements(t *testing.T) {
 		exec  bool
 		want  string // "" when it does not ride
 	}{
-		{"UPDATE t SET a = ? WHERE id = ?", []any{"x", 1}, true, "UPDATE t SET a = 'x' WHERE id = 1"},
-		{"  delete FROM t WHERE id = ?", []any{2}, true, "  delete FROM t WHERE id = 2"},
-		{"SELECT a FROM t WHERE b = ?", []any{nil}, false, "SELECT a FROM t WHERE b = NULL"},
+		{"UPDATE t SET a = ? WHERE id = ?", []any{"x", 1}, true, "UPDATE t SET a = ? WHERE id = ? USING 'x', 1"},
+		{"  delete FROM t WHERE id = ?", []any{2}, true, "  delete FROM t WHERE id = ? USING 2"},
+		{"SELECT a FROM t WHERE b = ?", []any{nil}, false, "SELECT a FROM t WHERE b = ? USING NULL"},
 		{"/* note */ SELECT 1", nil, false, "/* note */ SELECT 1"},
 		{"SELECT a FROM t", nil, true, ""},                     // a SELECT through Exec
 		{"UPDATE t SET a = 1", nil, false, ""},                 // an UPDATE through Query
@@ -73,15 +74,18 @@ func TestRideStatements(t *testing.T) {
 		{"DELETE FROM t WHERE id = ? /*/ ? */", []any{1, "x"}, true, ""}, // "/*/" opens a comment
 		{"DELETE FROM t WHERE id = ? --\x7f ?", []any{1, "x"}, true, ""}, // "--" and a control character
 		{"SELECT ? FROM t WHERE a = 1 -- why?\n", []any{1}, false, ""},   // a '?' in a comment
-		{"SELECT ?e1", []any{2}, false, ""},                              // the literal would glue to "e1"
-		{"SELECT a FROM t WHERE b = ?", []any{-3}, false, "SELECT a FROM t WHERE b = (-3)"},
-		{"SELECT a FROM t LIMIT ?", []any{10}, false, "SELECT a FROM t LIMIT 10"},
+		{"SELECT ?e1", []any{2}, false, ""},                              // not a token of its own
+		{"SELECT a FROM t WHERE b = ?", []any{-3}, false, "SELECT a FROM t WHERE b = ? USING (-3)"},
+		{"SELECT a FROM t LIMIT ?", []any{10}, false, "SELECT a FROM t LIMIT ? USING 10"},
 		{"SELECT `a?` FROM t WHERE b = ?", []any{1}, false, ""},
 	} {
 		r := newRide(c.query, c.args, c.exec)
 		got := ""
 		if r != nil {
-			got = r.text
+			got = r.query
+			if len(r.using) > 0 {
+				got += " USING " + strings.Join(r.using, ", ")
+			}
 		}
 		if got != c.want {
 			t.Errorf("newRide(%q, %v, exec %v) = %q, want %q", c.query, c.args, c.exec, got, c.want)

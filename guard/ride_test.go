@@ -549,3 +549,36 @@ func goroutine() string {
 	b = b[:runtime.Stack(b, false)]
 	return strings.Fields(string(b))[1]
 }
+
+// The server binds the arguments of a statement that carried the claim to
+// its placeholders: its columns are named as when it is sent on its own,
+// and a value that looks like SQL stays a value.
+func TestRiddenStatementBindsItsArguments(t *testing.T) {
+	run := func(ride bool) string {
+		e, _ := rideEnv(t, guard.Options{ClaimWithFirstStatement: ride})
+		var out string
+		must(t, e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+			rows, err := tx.QueryxContext(ctx, "SELECT COALESCE(n, ?), ?, ? = 'A' FROM counters WHERE id = ?", 0, "' OR 1=1 -- ", "a", 1)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			cols, err := rows.Columns()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				v, err := rows.SliceScan()
+				if err != nil {
+					return err
+				}
+				out = fmt.Sprintf("%q %s", cols, v)
+			}
+			return rows.Err()
+		}))
+		return out
+	}
+	if alone, ridden := run(false), run(true); alone != ridden {
+		t.Fatalf("with the option: %s\nwithout: %s", ridden, alone)
+	}
+}
