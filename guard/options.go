@@ -116,9 +116,10 @@ type Options struct {
 	// database. It applies when that statement is an UPDATE or DELETE sent
 	// by Exec, or a SELECT sent by Query, Queryx, Get or Select, whose '?'
 	// are all placeholders and whose arguments have literals the server binds
-	// (numbers, strings without a backslash or NUL, NULL), for a key whose
-	// fence row this Guard has seen; otherwise the claim goes on its own
-	// before fn's first statement, or, when fn sends none, before COMMIT.
+	// (integers from 0, doubles, strings without a backslash or NUL, NULL),
+	// for a key whose fence row this Guard has seen, on a pool that does not
+	// set sql_select_limit; otherwise the claim goes on its own before fn's
+	// first statement, or, when fn sends none, before COMMIT.
 	//
 	// What changes for fn: it starts once the Redis lock is held, before
 	// its claim is known. None of its statements runs before the claim
@@ -143,7 +144,8 @@ type Options struct {
 	// A statement that carried the claim differs from one sent on its own
 	// in that its results come in the text protocol (on a pool that
 	// prepares statements, a BIGINT UNSIGNED above 1<<63 scans into an any
-	// as a uint64 rather than as bytes). Do not read tx.Tx or tx.Mapper on
+	// as a uint64 rather than as bytes), and in the column types reported
+	// for a bare argument ("SELECT ?" of an int64: INT rather than BIGINT). Do not read tx.Tx or tx.Mapper on
 	// one goroutine while another may send fn's first statement: the
 	// embedded *sqlx.Tx is replaced when the claim holds.
 	// default: false

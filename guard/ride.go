@@ -178,19 +178,23 @@ func apart(q string, i int) bool {
 
 // literal renders v as an SQL literal, bound to a placeholder by EXECUTE
 // IMMEDIATE … USING, that means what v bound by the driver means, whatever
-// the session's SQL mode: signed integers,
+// the session's SQL mode: integers from 0 to 1<<63-1,
 // doubles, NULL, and strings with neither a backslash nor a NUL byte
 // (quotes doubled, which reads the same with and without
-// NO_BACKSLASH_ESCAPES). ok is false for anything else (unsigned integers,
-// which the driver binds as BIGINT UNSIGNED, []byte, time.Time, NaN, ...),
+// NO_BACKSLASH_ESCAPES). ok is false for anything else (negative integers,
+// unsigned ones, which the driver binds as BIGINT UNSIGNED, []byte,
+// time.Time, NaN, ...),
 // which then goes as an argument, after the claim.
 func literal(v any) (lit string, ok bool) {
 	if vr, isValuer := v.(driver.Valuer); isValuer {
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		// As database/sql: a nil pointer whose element type is a Valuer is
+		// NULL; any other Valuer gives its Value, which must be a
+		// driver.Value.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() && rv.Type().Elem().Implements(valuerType) {
 			return "NULL", true
 		}
 		x, err := vr.Value()
-		if err != nil {
+		if err != nil || !driver.IsValue(x) {
 			return "", false
 		}
 		v = x
@@ -210,14 +214,10 @@ func literal(v any) (lit string, ok bool) {
 		}
 		return "0", true
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		switch v := rv.Int(); {
-		case v == math.MinInt64:
-			return "", false // no literal negates as the bound value does
-		case v < 0:
-			return "(" + strconv.FormatInt(v, 10) + ")", true // "-?" must not read "--5"
-		default:
+		if v := rv.Int(); v >= 0 {
 			return strconv.FormatInt(v, 10), true
 		}
+		return "", false // LIMIT reads a bound negative value as unsigned, a literal not
 	case reflect.Float64:
 		f := rv.Float()
 		if math.IsNaN(f) || math.IsInf(f, 0) {
@@ -244,7 +244,8 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 		b.WriteString("; END")
 		return b.String()
 	}
-	b.WriteString("; IF LAST_INSERT_ID() = " + strconv.Itoa(fence.ClaimAccepted) + " THEN ")
+	accepted := strconv.Itoa(fence.ClaimAccepted)
+	b.WriteString("; IF LAST_INSERT_ID() = " + accepted + " THEN ")
 	if r.exec {
 		b.WriteString("DO LAST_INSERT_ID(0); ")
 	}
@@ -254,7 +255,9 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 	}
 	b.WriteString("; ")
 	if r.exec {
-		b.WriteString("SELECT ROW_COUNT(), LAST_INSERT_ID(); ")
+		// The session's LAST_INSERT_ID() stays the claim's, as after the
+		// statement sent on its own, unless the statement set one.
+		b.WriteString("SELECT ROW_COUNT(), LAST_INSERT_ID(); IF LAST_INSERT_ID() = 0 THEN DO LAST_INSERT_ID(" + accepted + "); END IF; ")
 	}
 	b.WriteString("END IF; END")
 	return b.String()
@@ -282,7 +285,9 @@ func (g *Guard) ridesOn() bool {
 
 // makeClosedTx makes Guard.closedTx, once: a transaction of the pool, rolled
 // back at once, whose statements fail with sql.ErrTxDone without touching a
-// connection.
+// connection. It makes none, and claims do not ride, when the pool's
+// sessions set sql_select_limit, which a SELECT in a compound statement
+// does not obey.
 func (g *Guard) makeClosedTx(ctx context.Context) error {
 	if !g.opt.ClaimWithFirstStatement || g.closedTx.Load() != nil {
 		return nil
@@ -300,10 +305,17 @@ func (g *Guard) makeClosedTx(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.Rollback(); err != nil {
+	var limit uint64
+	err = tx.GetContext(bctx, &limit, "SELECT @@sql_select_limit")
+	if rerr := tx.Rollback(); err == nil {
+		err = rerr
+	}
+	if err != nil {
 		return err
 	}
-	g.closedTx.Store(tx)
+	if limit == math.MaxUint64 {
+		g.closedTx.Store(tx)
+	}
 	return nil
 }
 
@@ -563,7 +575,10 @@ func scanOne(rows *sqlx.Rows, dest any) error {
 	return rows.Close()
 }
 
-var scannerType = reflect.TypeFor[sql.Scanner]()
+var (
+	scannerType = reflect.TypeFor[sql.Scanner]()
+	valuerType  = reflect.TypeFor[driver.Valuer]()
+)
 
 // scannable reports whether a value of type t is scanned whole, as sqlx
 // decides it: a Scanner, a type that is not a struct, or a struct without

@@ -582,3 +582,63 @@ func TestRiddenStatementBindsItsArguments(t *testing.T) {
 		t.Fatalf("with the option: %s\nwithout: %s", ridden, alone)
 	}
 }
+
+// What the session sets for its statements holds for one that carried the
+// claim: sql_select_limit (which a compound statement ignores: on a pool
+// that sets it, claims go on their own), LAST_INSERT_ID() after an UPDATE that
+// set none (still the claim's), and LIMIT with a negative argument (the
+// driver's bound value reads as unsigned; a negative value does not ride).
+func TestRiddenStatementKeepsTheSession(t *testing.T) {
+	for _, c := range []struct {
+		name, param string
+		fn          func(ctx context.Context, tx *guard.Tx) (string, error)
+	}{
+		{"sql_select_limit", "sql_select_limit=1", func(ctx context.Context, tx *guard.Tx) (string, error) {
+			var ids []int
+			err := tx.SelectContext(ctx, &ids, "SELECT id FROM counters WHERE id > ? ORDER BY id", 0)
+			return fmt.Sprint(ids), err
+		}},
+		{"LAST_INSERT_ID", "", func(ctx context.Context, tx *guard.Tx) (string, error) {
+			if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = n + 1 WHERE id = ?", 1); err != nil {
+				return "", err
+			}
+			var id uint64
+			err := tx.GetContext(ctx, &id, "SELECT LAST_INSERT_ID()")
+			return fmt.Sprint(id), err
+		}},
+		{"negative LIMIT", "", func(ctx context.Context, tx *guard.Tx) (string, error) {
+			var ids []int
+			err := tx.SelectContext(ctx, &ids, "SELECT id FROM counters ORDER BY id LIMIT ?", -1)
+			return fmt.Sprint(ids), err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(ride bool) string {
+				opt := guard.Options{ClaimWithFirstStatement: ride}
+				e, f := rideEnv(t, opt)
+				g := e.g
+				if c.param != "" {
+					g = guard.New(e.locker, openDB(t, e.dsn+dsnSep(e.dsn)+c.param, f.wrap), &opt)
+					must(t, g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error { return nil }))
+				}
+				var out string
+				err := g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+					var err error
+					out, err = c.fn(ctx, tx)
+					return err
+				})
+				return fmt.Sprintf("%s | Do = %v", out, err)
+			}
+			if alone, ridden := run(false), run(true); alone != ridden {
+				t.Fatalf("with the option: %s\nwithout: %s", ridden, alone)
+			}
+		})
+	}
+}
+
+func dsnSep(dsn string) string {
+	if strings.Contains(dsn, "?") {
+		return "&"
+	}
+	return "?"
+}
