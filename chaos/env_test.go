@@ -102,6 +102,9 @@ type client struct {
 	acquired func(token uint64)
 	lost     func(token uint64)
 	parent   *client // the client whose Guard a sibling shares
+	// doRead: buys run through guard.DoRead, the item's read sent with the
+	// claim (BuyAfterRead).
+	doRead bool
 }
 
 func (e *env) newClient(rdb redis.UniversalClient, db *sqlx.DB, lo lockOpts) *client {
@@ -190,10 +193,21 @@ func (c *client) buy(ctx context.Context, qty int, timeout time.Duration, pause 
 	defer cancel()
 	var token uint64
 	fn := BuyFn(c.e.item, p.ID(), qty, pause)
-	err := c.g.Do(ctx, c.e.item, func(ctx context.Context, tx *guard.Tx) error {
+	var read *guard.Read
+	if c.doRead {
+		r, after := BuyAfterRead(c.e.item, p.ID(), qty, pause)
+		read, fn = &r, after
+	}
+	inFn := func(ctx context.Context, tx *guard.Tx) error {
 		token = tx.Token()
 		return fn(ctx, tx)
-	})
+	}
+	var err error
+	if read != nil {
+		err = c.g.DoRead(ctx, c.e.item, *read, inFn)
+	} else {
+		err = c.g.Do(ctx, c.e.item, inFn)
+	}
 	return p.Return(Classify(err), 0, token, err)
 }
 

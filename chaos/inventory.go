@@ -111,6 +111,25 @@ func buyIn(ctx context.Context, tx stmts, item, opID string, qty int, token uint
 	if err := tx.GetContext(ctx, &row, selectItem, item); err != nil {
 		return fmt.Errorf("chaos: read stock: %w", err)
 	}
+	return buyAfter(ctx, tx, row, item, opID, qty, token, fenceOp, pause)
+}
+
+// BuyAfterRead returns a buy of qty units of item recorded under opID as
+// guard.DoRead runs it: the read of the item, which goes with the claim,
+// and the critical section that follows it (see BuyFn).
+func BuyAfterRead(item, opID string, qty int, pause func(ctx context.Context, tx *guard.Tx) error) (guard.Read, func(ctx context.Context, tx *guard.Tx) error) {
+	row := new(itemRow)
+	return guard.ReadOne(row, selectItem, item), func(ctx context.Context, tx *guard.Tx) error {
+		var p func(context.Context) error
+		if pause != nil {
+			p = func(ctx context.Context) error { return pause(ctx, tx) }
+		}
+		return buyAfter(ctx, tx, *row, item, opID, qty, tx.Token(), tx.OpID(), p)
+	}
+}
+
+// buyAfter is buyIn once the item was read as row.
+func buyAfter(ctx context.Context, tx stmts, row itemRow, item, opID string, qty int, token uint64, fenceOp string, pause func(context.Context) error) error {
 	stock, seq := row.Stock, row.Seq
 	if stock < qty {
 		return ErrSoldOut

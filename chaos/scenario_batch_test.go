@@ -98,7 +98,7 @@ func runBatched(t *testing.T, e *env, opt guard.Options) {
 // c's Guard, as one more goroutine of the same application instance.
 func (e *env) member(c *client) *client {
 	e.clients++
-	return &client{e: e, id: e.clients, g: c.g, locker: c.locker, db: c.db}
+	return &client{e: e, id: e.clients, g: c.g, locker: c.locker, db: c.db, doRead: c.doRead}
 }
 
 // dropGrantsAndKill, until ctx ends, alternately deletes the lock's Redis

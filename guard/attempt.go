@@ -99,6 +99,7 @@ type callWork struct {
 	ctx, lctx context.Context
 	key       string
 	fn        func(context.Context, *Tx) error
+	first     *Read // the Read fn begins with (DoRead), or nil
 	acquired  time.Time
 	released  *chan struct{}
 	tr        *tracer
@@ -152,7 +153,7 @@ func (c *callWork) unlocked(token uint64, start time.Time, err error) {
 
 func (c *callWork) attempt(h holding, n int) (bool, error) {
 	h.early = c.early
-	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.released, c.tr)
+	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.first, c.released, c.tr)
 }
 
 func (c *callWork) now() time.Time { return c.tr.now() }
@@ -168,8 +169,8 @@ func (c *callWork) rerun() (again, none bool) { return false, false }
 // ROLLBACK that finds no transaction, see commit) so that the unlock need not
 // wait for it; *released is closed when that is done.
 func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
-	fn func(context.Context, *Tx) error, released *chan struct{}, tr *tracer) (retry bool, err error) {
-	a, retry, err := g.claim(ctx, lctx, h, n, tr, g.rides(h))
+	fn func(context.Context, *Tx) error, first *Read, released *chan struct{}, tr *tracer) (retry bool, err error) {
+	a, retry, err := g.claim(ctx, lctx, h, n, tr, g.rides(h), first)
 	if a == nil {
 		return retry, err
 	}

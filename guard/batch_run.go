@@ -259,7 +259,7 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 		return false, nil
 	}
 	st := batchSteps{r: r, ms: open}
-	a, retry, err := g.claim(ctx, lctx, h, n, st, false)
+	a, retry, err := g.claim(ctx, lctx, h, n, st, false, nil)
 	if a == nil {
 		return retry, err
 	}

@@ -117,11 +117,15 @@ func (a *attemptTx) rollback() {
 // (for makeRow), wraps ErrFenced when the token is stale, and retry says
 // whether a new attempt may follow. st records the claim step.
 //
+// With first, the Read fn begins with (DoRead), the claim carries its
+// SELECT where it can, and its result is scanned before claim returns
+// (Tx.first).
+//
 // With ride, the claim is not sent here: it rides with fn's first statement
 // (see ride.go), or is sent on its own before any other statement of fn
 // and, when fn sent none, before COMMIT. Its failure then reaches the
 // attempt through the Tx (claimFailure), as the same values.
-func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, ride bool) (a *attemptTx, retry bool, err error) {
+func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, ride bool, first *Read) (a *attemptTx, retry bool, err error) {
 	key := h.key
 	if lctx.Err() != nil {
 		err = g.lostOr(lctx, context.Cause(lctx))
@@ -153,9 +157,17 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 		tx.deferClaim(c, connID == 0, g.closedTx.Load())
 		return a, false, nil
 	}
-	if _, err := c.run(lctx, nil); err != nil {
+	r := (*rideStmt)(nil)
+	if first != nil && g.carries(h) {
+		r = first.rideStmt()
+	}
+	rows, err := c.run(lctx, r)
+	if err != nil {
 		a.close()
 		return nil, c.retry, err
+	}
+	if rows != nil {
+		tx.first = first.scan(ctx, tx, rows) // nil: r goes as it is
 	}
 	return a, false, nil
 }

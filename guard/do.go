@@ -70,6 +70,12 @@ import (
 // ([ErrNilContext], [ErrNilFunc], [ErrInvalidKey], [ErrInvalidGuard]) come
 // back before anything is touched.
 func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context, tx *Tx) error) error {
+	return g.do(ctx, key, fn, nil)
+}
+
+// do is Do, with first, when not nil, the Read fn begins with (DoRead),
+// which the attempts may send with the claim.
+func (g *Guard) do(ctx context.Context, key string, fn func(ctx context.Context, tx *Tx) error, first *Read) error {
 	if err := g.usable(); err != nil {
 		return err
 	}
@@ -81,6 +87,11 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 	}
 	if err := g.checkKey(key); err != nil {
 		return err
+	}
+	if first != nil {
+		if err := first.check(); err != nil {
+			return err
+		}
 	}
 	if s := heldScope(ctx, key); s != nil {
 		return g.join(ctx, s, fn)
@@ -108,7 +119,7 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context,
 		}
 		g.calls.enter(key)
 		defer g.calls.leave(key)
-		err = g.run(ctx, key, fn, tr)
+		err = g.run(ctx, key, fn, first, tr)
 	}
 	tr.done(err)
 	return err

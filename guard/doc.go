@@ -66,16 +66,17 @@
 // transaction; Options.Outage keeps Do running on the database alone while
 // Redis is down; Options.Hooks reports every step. Called inside fn with
 // fn's ctx, Do on the same key joins the enclosing transaction.
+// [Guard.DoRead] sends fn's first read with the claim.
 //
 // # How a Do runs
 //
-// In the source, in call order: do.go (input, nesting, the server check),
-// turn.go (the lock; early.go begins beside it), attempt.go, claim.go,
+// In the source, in call order: do.go (input, nesting, the server check;
+// read.go for DoRead), turn.go (the lock; early.go begins beside it), attempt.go, claim.go,
 // session.go (the server's proof of the transaction), tx.go (fn's
 // statements, ride.go), commit.go, settle.go (what a failure means); beside them
 // relay.go, spare.go, batch.go, batch_run.go and fallback.go.
 //
-// How Do works and what each choice costs (the hand-off, relaying,
-// batching, the fallback, Galera, nesting, fence rows) is in the design note, docs/design.md in the repository:
+// How Do works and what each choice costs is in the design note,
+// docs/design.md in the repository:
 // https://github.com/redfence/redfence/blob/main/docs/design.md
 package guard

@@ -41,7 +41,8 @@ type Guard struct {
 	open      openTxs // keys whose transaction an attempt here has open (see spare.go)
 	// rowsSeen: keys whose fence row a claim found; closedTx: a transaction
 	// of the pool, rolled back, for fn's embedded *sqlx.Tx until a claim
-	// that rides holds (see ride.go).
+	// that rides holds (see ride.go), and, when set, the sign that a claim
+	// may carry a statement at all.
 	rowsSeen seenRows
 	closedTx atomic.Pointer[sqlx.Tx]
 	closing  sync.Mutex // makes closedTx

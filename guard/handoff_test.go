@@ -27,18 +27,22 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opt  guard.Options
+		read bool // DoRead, its read sent with the claim
 	}{
-		{"defaults", guard.Options{}},
-		{"batch", guard.Options{MaxBatch: 4}},
-		{"at-end,no-relay", guard.Options{HandOff: guard.HandOffAtEnd, NoRelay: true}},
-		{"handoff", guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true}},
-		{"relay", guard.Options{HandOff: guard.HandOffAtEnd}},
-		{"handoff+relay", guard.Options{HandOff: guard.HandOffAtClaim}},
-		{"batch+handoff", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim, NoRelay: true}},
-		{"batch+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtEnd}},
-		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim}},
-		{"ride", guard.Options{ClaimWithFirstStatement: true}},
-		{"ride+handoff", guard.Options{ClaimWithFirstStatement: true, HandOff: guard.HandOffAtClaim, NoRelay: true}},
+		{"defaults", guard.Options{}, false},
+		{"batch", guard.Options{MaxBatch: 4}, false},
+		{"at-end,no-relay", guard.Options{HandOff: guard.HandOffAtEnd, NoRelay: true}, false},
+		{"handoff", guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true}, false},
+		{"relay", guard.Options{HandOff: guard.HandOffAtEnd}, false},
+		{"handoff+relay", guard.Options{HandOff: guard.HandOffAtClaim}, false},
+		{"batch+handoff", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim, NoRelay: true}, false},
+		{"batch+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtEnd}, false},
+		{"batch+handoff+relay", guard.Options{MaxBatch: 4, HandOff: guard.HandOffAtClaim}, false},
+		{"ride", guard.Options{ClaimWithFirstStatement: true}, false},
+		{"ride+handoff", guard.Options{ClaimWithFirstStatement: true, HandOff: guard.HandOffAtClaim, NoRelay: true}, false},
+		{"read", guard.Options{}, true},
+		{"read+handoff", guard.Options{HandOff: guard.HandOffAtClaim, NoRelay: true}, true},
+		{"read+batch", guard.Options{MaxBatch: 4}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var inFn, grantedInFn atomic.Int64
@@ -64,19 +68,30 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for range each {
-						errs <- e.g.Do(context.Background(), "k", func(ctx context.Context, tx *guard.Tx) error {
+						var n int
+						fn := func(ctx context.Context, tx *guard.Tx) error {
 							if inFn.Add(1) != 1 {
 								overlaps.Add(1)
 							}
 							start := time.Now()
-							err := increment(ctx, tx, 1)
+							var err error
+							if tc.read {
+								_, err = tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = 1", n+1)
+							} else {
+								err = increment(ctx, tx, 1)
+							}
 							end := time.Now()
 							inFn.Add(-1)
 							mu.Lock()
 							intervals = append(intervals, interval{start, end})
 							mu.Unlock()
 							return err
-						})
+						}
+						if tc.read {
+							errs <- e.g.DoRead(context.Background(), "k", guard.ReadOne(&n, "SELECT n FROM counters WHERE id = ?", 1), fn)
+						} else {
+							errs <- e.g.Do(context.Background(), "k", fn)
+						}
 					}
 				}()
 			}

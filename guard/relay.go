@@ -260,10 +260,14 @@ func (r *relay) takeSpare() *leg {
 }
 
 // reserve reports whether a caller of key that is about to commit the
-// transaction of l should chain it and pass it on: another caller of key is
-// under way here, no other passed-on transaction is there or on its way for
-// it, and l's connection has been out of the pool for less than
-// relayMaxHold. A reservation ends with passOn(key, l, true) or unreserve.
+// transaction of l should chain it and pass it on: more other callers of
+// key are under way here than transactions are parked or on their way for
+// them, and l's connection has been out of the pool for less than
+// relayMaxHold. (With the lock handed on at the claim, the next holder is
+// granted the lock about when this caller commits and takes the one the
+// previous commit parked; this one then goes to the holder after it, who
+// claims as soon as it is granted the lock.) A reservation ends with
+// passOn(key, l, true) or unreserve.
 func (g *Guard) reserve(key string, l *leg) bool {
 	if !l.fresh() {
 		return false
@@ -272,7 +276,14 @@ func (g *Guard) reserve(key string, l *leg) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	r := rs.keys[key]
-	if r == nil || !(len(r.waiting) > r.incoming || (r.refs > 1 && r.spare == nil && r.incoming == 0)) {
+	if r == nil {
+		return false
+	}
+	spare := 0
+	if r.spare != nil {
+		spare = 1
+	}
+	if !(len(r.waiting) > r.incoming || r.refs-1 > r.incoming+spare) {
 		return false
 	}
 	r.incoming++

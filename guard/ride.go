@@ -270,7 +270,16 @@ func rideBlock(mark, claim string, r *rideStmt) string {
 // (a missing one is made before the claim, which must then be its own
 // statement).
 func (g *Guard) rides(h holding) bool {
-	return g.ridesOn() && !h.dbMode() && h.token != 0 && g.closedTx.Load() != nil && g.rowsSeen.seen(h.key)
+	return g.ridesOn() && g.carries(h)
+}
+
+// carries reports whether the claim of h's attempt may carry a statement:
+// a Redis token (database mode mints it in the claim), a pool whose
+// sessions obey a SELECT in a compound statement (Guard.closedTx, made by
+// the pool check) and a key whose fence row was seen (a missing one is
+// made before the claim, which must then be its own statement).
+func (g *Guard) carries(h holding) bool {
+	return !h.dbMode() && h.token != 0 && g.closedTx.Load() != nil && g.rowsSeen.seen(h.key)
 }
 
 // ridesOn reports whether the Guard's claims ride with fn's first
@@ -285,11 +294,11 @@ func (g *Guard) ridesOn() bool {
 
 // makeClosedTx makes Guard.closedTx, once: a transaction of the pool, rolled
 // back at once, whose statements fail with sql.ErrTxDone without touching a
-// connection. It makes none, and claims do not ride, when the pool's
-// sessions set sql_select_limit, which a SELECT in a compound statement
-// does not obey.
+// connection. It makes none, and claims carry no statement (neither fn's
+// nor DoRead's), when the pool's sessions set sql_select_limit, which a
+// SELECT in a compound statement does not obey.
 func (g *Guard) makeClosedTx(ctx context.Context) error {
-	if !g.opt.ClaimWithFirstStatement || g.closedTx.Load() != nil {
+	if g.closedTx.Load() != nil {
 		return nil
 	}
 	g.closing.Lock()
@@ -506,7 +515,7 @@ func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (row
 		return rows, true, nil // no result set (SELECT … INTO): rows without rows, closed
 	}
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && (me.Number == 1295 || me.Number == 1314) {
+	if errors.As(err, &me) && (me.Number == erUnsupportedPS || me.Number == erSPBadStatement) {
 		// ER_UNSUPPORTED_PS, ER_SP_BADSTATEMENT: it cannot run as a
 		// prepared statement; the claim holds, so it goes as it is.
 		return nil, false, nil

@@ -19,11 +19,11 @@ import (
 
 // run runs one caller's fn under turns of key's lock (see turns), or in
 // database mode when Redis is unavailable.
-func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, tr *tracer) error {
+func (g *Guard) run(ctx context.Context, key string, fn func(context.Context, *Tx) error, first *Read, tr *tracer) error {
 	// A committed transaction's connection is released after Do returns
 	// (see commit): its ROLLBACK is not on the caller's path.
 	var released chan struct{}
-	w := &callWork{g: g, ctx: ctx, key: key, fn: fn, released: &released, tr: tr}
+	w := &callWork{g: g, ctx: ctx, key: key, fn: fn, first: first, released: &released, tr: tr}
 	defer func() { w.early.giveBack() }() // not taken: a hook panicked, say
 	err, uerr := g.turns(ctx, key, w)
 	switch {

@@ -122,6 +122,10 @@ type Tx struct {
 	batchCtx context.Context
 	kills    []func()
 
+	// first is the outcome of the Read fn begins with, when it went with
+	// the claim (see read.go), until fn's wrapper takes it.
+	first *firstRead
+
 	ended    atomic.Bool
 	prepared struct {
 		sync.Mutex
@@ -389,6 +393,8 @@ const checkTimeout = 10 * time.Second
 
 const (
 	erQueryInterrupted = 1317             // ER_QUERY_INTERRUPTED
+	erUnsupportedPS    = 1295             // ER_UNSUPPORTED_PS: cannot run as a prepared statement
+	erSPBadStatement   = 1314             // ER_SP_BADSTATEMENT: not allowed in a stored program
 	erNoSuchSavepoint  = erSPDoesNotExist // "SAVEPOINT x does not exist"
 	implicitCommitNote = "a statement in fn ended the fenced transaction"
 )

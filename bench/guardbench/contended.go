@@ -84,11 +84,24 @@ func (s *setup) variants() []variant {
 			return readModifyWrite(ctx, tx, row, "")
 		})
 	}
+	// reads: the read goes with the claim (DoRead), the write as do's.
+	reads := func(ctx context.Context, row int) error {
+		key, table, id := "hot", "counters", 1
+		if row > 0 {
+			key, table, id = "cold:"+strconv.Itoa(row), "cold", row
+		}
+		var v int64
+		return s.g.DoRead(ctx, key, guard.ReadOne(&v, "SELECT n FROM "+table+" WHERE id = ?", id), func(ctx context.Context, tx *guard.Tx) error {
+			_, err := tx.Tx.ExecContext(ctx, "UPDATE "+table+" SET n = ? WHERE id = ?", v+1, id)
+			return err
+		})
+	}
 	vs := []variant{{"sql", "FOR UPDATE", forUpdate}}
 	for _, v := range []variant{{"do", "guard.Do", through(s.g)}, {"atend", "Do at-end", through(s.gAtEnd)},
 		{"handoff", "Do handoff", through(s.gHandOff)}, {"relay", "Do relay", through(s.gRelay)},
 		{"batch", "Do batch", through(s.gBatch)}, {"batchsp", "Do batch+savepoints", through(s.gBatchSP)},
-		{"batchatend", "Do batch at-end", through(s.gBatchAtEnd)}, {"ride", "Do ride", rides}} {
+		{"batchatend", "Do batch at-end", through(s.gBatchAtEnd)}, {"ride", "Do ride", rides},
+		{"read", "DoRead", reads}} {
 		batch := strings.HasPrefix(v.short, "batch")
 		if (s.cfg.variants == "" && !batch) || slices.Contains(strings.Split(s.cfg.variants, ","), v.short) {
 			vs = append(vs, v)

@@ -22,8 +22,26 @@ func bare(ctx context.Context, db *sqlx.DB) error {
 	return tx.Commit()
 }
 
-// uncontended compares Do with one UPDATE against the bare transaction, one
-// operation at a time.
+// bareRead is bare with a read first: BEGIN; SELECT; UPDATE; COMMIT.
+func bareRead(ctx context.Context, db *sqlx.DB) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var v int64
+	if err := tx.GetContext(ctx, &v, "SELECT n FROM counters WHERE id = ?", 2); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = ?", v+1, 2); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// uncontended compares Do with one UPDATE against the bare transaction, and
+// Do and DoRead with a read and an UPDATE against the bare transaction of
+// both, one operation at a time.
 func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) error {
 	through := func(g *guard.Guard) func() error {
 		return func() error {
@@ -35,15 +53,41 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 			})
 		}
 	}
+	withRead := func(read bool) func() error {
+		return func() error {
+			return bounded(ctx, opTimeout, func(ctx context.Context) error {
+				var v int64
+				update := func(ctx context.Context, tx *guard.Tx) error {
+					_, err := tx.ExecContext(ctx, "UPDATE counters SET n = ? WHERE id = ?", v+1, 2)
+					return err
+				}
+				if read {
+					return s.g.DoRead(ctx, "uncontended", guard.ReadOne(&v, "SELECT n FROM counters WHERE id = ?", 2), update)
+				}
+				return s.g.Do(ctx, "uncontended", func(ctx context.Context, tx *guard.Tx) error {
+					if err := tx.GetContext(ctx, &v, "SELECT n FROM counters WHERE id = ?", 2); err != nil {
+						return err
+					}
+					return update(ctx, tx)
+				})
+			})
+		}
+	}
+	// base is the index of the variant a variant is compared with.
 	variants := []struct {
 		name string
+		base int
 		op   func() error
 		lat  []time.Duration
 		rRT  int64
 		mRT  int64
 	}{{name: "bare tx", op: func() error {
 		return bounded(ctx, opTimeout, func(ctx context.Context) error { return bare(ctx, s.db) })
-	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do at-end", op: through(s.gAtEnd)}, {name: "Do ride", op: through(s.gRide)}}
+	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do at-end", op: through(s.gAtEnd)}, {name: "Do ride", op: through(s.gRide)},
+		{name: "bare read", op: func() error {
+			return bounded(ctx, opTimeout, func(ctx context.Context) error { return bareRead(ctx, s.db) })
+		}},
+		{name: "Do +read", base: 4, op: withRead(false)}, {name: "DoRead", base: 4, op: withRead(true)}}
 	for i := range variants { // warm up: pools, script cache
 		for range 50 {
 			if err := variants[i].op(); err != nil {
@@ -73,10 +117,13 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		fmt.Printf("  %-9s p50 %8v  mean %8v  Redis RT/op %.2f  MySQL RT/op %.2f\n",
 			v.name, short(pct(v.lat, 50)), short(mean(v.lat)), float64(v.rRT)/ops, float64(v.mRT)/ops)
 	}
-	b := variants[0]
-	for _, d := range variants[1:] {
-		fmt.Printf("  %s / bare: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n",
-			d.name, ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
+	for i, d := range variants {
+		if i == d.base {
+			continue
+		}
+		b := variants[d.base]
+		fmt.Printf("  %s / %s: p50 %.2fx (+%v), mean %.2fx (+%v); extra round trips: Redis %+.2f, MySQL %+.2f\n",
+			d.name, b.name, ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
 			ratio(mean(d.lat), mean(b.lat)), short(mean(d.lat)-mean(b.lat)),
 			float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
 	}
