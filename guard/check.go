@@ -47,8 +47,8 @@ type dbCheck struct {
 // CheckDatabase returns nil when Do can run its transactions on the Guard's
 // pool, or an error wrapping [ErrUnsafePool] that names what to change. It
 // runs two to four short statements on one connection the first time it
-// succeeds (with Options.ClaimWithFirstStatement, a BEGIN and a ROLLBACK
-// too), and returns the kept result after that. Do calls it before it
+// succeeds, and a transaction of one SELECT (whether the pool's sessions
+// set sql_select_limit, see DoRead), and returns the kept result after that. Do calls it before it
 // takes the lock; call it at start-up to fail fast, or so that the first
 // Do does not pay for it. A check that could not be made (ctx ended, the
 // database unreachable) is not kept: the next call tries again. ctx bounds

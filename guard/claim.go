@@ -167,7 +167,14 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 		return nil, c.retry, err
 	}
 	if rows != nil {
+		done := false
+		defer func() {
+			if !done {
+				a.close() // a destination's Scan panicked
+			}
+		}()
 		tx.first = first.scan(ctx, tx, rows) // nil: r goes as it is
+		done = true
 	}
 	return a, false, nil
 }

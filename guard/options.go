@@ -140,8 +140,8 @@ type Options struct {
 	// statements apart either way). That makes a hot key slower: this is
 	// for keys seldom contended. Not with batching (Batch.Max > 1) or in
 	// database mode, which claim before fn. A call whose fn begins with a
-	// read saves the same round trip with [Guard.DoRead], with none of
-	// these trade-offs.
+	// read saves the same round trip with [Guard.DoRead], where fn starts
+	// only once its claim holds and the lock still passes on at the claim.
 	//
 	// A statement that carried the claim differs from one sent on its own
 	// in that its results come in the text protocol (on a pool that

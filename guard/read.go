@@ -74,12 +74,17 @@ func (r *Read) check() error {
 // Everything else is as with Do: fn does not run for a call that is
 // fenced, the lock passes on at the claim, and never to a holder whose fn
 // would run beside this one. r runs again with every attempt, before fn.
-// r's SELECT always runs inside the fenced transaction: when it cannot go
-// with the claim (its arguments are of a type that cannot be sent as
-// literals, the key's fence row has not been seen yet, the call is
-// batched, nested or in database mode, see [Options]), it is fn's first
-// statement, sent through tx. Its error is then Do's, as fn's would be;
-// a read that found no row for ReadOne returns sql.ErrNoRows.
+// r's SELECT always runs inside the fenced transaction, after the claim.
+// It goes with the claim when its '?' are all placeholders and its
+// arguments have literals the server binds (integers from 0, doubles,
+// strings without a backslash or NUL, NULL), on a key whose fence row this
+// Guard has seen, in Redis mode, neither batched nor nested, on a pool
+// that does not set sql_select_limit and reaches no Galera node. Otherwise
+// it is fn's first statement, sent through tx. A read that went with the
+// claim comes back in the text protocol, as with interpolateParams=true:
+// on a pool that prepares statements, a FLOAT column then reads as the
+// server prints it (six significant digits). Its error is Do's, as fn's
+// would be; a read that found no row for ReadOne returns sql.ErrNoRows.
 func (g *Guard) DoRead(ctx context.Context, key string, r Read, fn func(ctx context.Context, tx *Tx) error) error {
 	rd := &r
 	if fn == nil {
@@ -114,11 +119,12 @@ func (t *Tx) read(ctx context.Context, r *Read) error {
 	return t.GetContext(ctx, r.dest, r.query, r.args...)
 }
 
-// empty empties the slice of a ReadAll, which sqlx appends to: an attempt
-// that runs again starts from no rows.
+// empty sets the slice of a ReadAll to nil, since sqlx appends to it: an
+// attempt that runs again starts from no rows, and a slice the caller kept
+// from an earlier call is left as it was.
 func (r *Read) empty() {
 	v := reflect.ValueOf(r.dest).Elem()
-	v.SetLen(0)
+	v.Set(reflect.Zero(v.Type()))
 }
 
 // rideStmt returns r as a statement that carries the claim, or nil when it
@@ -135,6 +141,9 @@ func (r *Read) rideStmt() *rideStmt {
 // could not run as a prepared statement, and must be sent as it is.
 func (r *Read) scan(ctx context.Context, t *Tx, rows *sqlx.Rows) *firstRead {
 	defer rows.Close()
+	if r.all {
+		r.empty()
+	}
 	var err error
 	switch {
 	case !rows.NextResultSet():
@@ -147,7 +156,6 @@ func (r *Read) scan(ctx context.Context, t *Tx, rows *sqlx.Rows) *firstRead {
 			err = sql.ErrNoRows // no result set (SELECT … INTO), as sqlx's Get reads it
 		}
 	case r.all:
-		r.empty()
 		err = sqlx.SelectContext(ctx, riddenRows{rows}, r.dest, r.query, r.args...)
 	default:
 		err = scanOne(rows, r.dest)

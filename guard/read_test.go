@@ -168,18 +168,20 @@ func TestDoReadFencedCallsNoFn(t *testing.T) {
 
 // What DoRead's read returns is what it returns as fn's first statement:
 // a struct by its columns, every row of ReadAll (from an empty slice on
-// each call), sql.ErrNoRows for a missing row of ReadOne (fn not called),
-// and no row of ReadAll.
+// each call, leaving a slice kept from an earlier call as it was),
+// sql.ErrNoRows for a missing row of ReadOne (fn not called), no row of
+// ReadAll, none for a SELECT … INTO, and sqlx's refusal of sql.RawBytes.
 func TestDoReadResults(t *testing.T) {
 	type row struct {
 		ID int `db:"id"`
 		N  int `db:"n"`
 	}
 	type outcome struct {
-		one          row
-		all, none    []row
-		missing      error
-		missingFnRan bool
+		one             row
+		all, none, kept []row
+		into            []int
+		missing, raw    error
+		missingFnRan    bool
 	}
 	run := func(opt guard.Options) outcome {
 		e, _ := rideEnv(t, opt)
@@ -189,9 +191,16 @@ func TestDoReadResults(t *testing.T) {
 		var o outcome
 		must(t, e.g.DoRead(ctx, "k", guard.ReadOne(&o.one, "SELECT id, n FROM counters WHERE id = ?", 2), nop))
 		o.all = []row{{ID: 99}}
-		for range 2 {
-			must(t, e.g.DoRead(ctx, "k", guard.ReadAll(&o.all, "SELECT id, n FROM counters WHERE id >= ? ORDER BY id", 1), nop))
+		for i := range 2 {
+			must(t, e.g.DoRead(ctx, "k", guard.ReadAll(&o.all, "SELECT id, n FROM counters WHERE id >= ? ORDER BY id", 1+i), nop))
+			if i == 0 {
+				o.kept = o.all
+			}
 		}
+		o.into = []int{42}
+		must(t, e.g.DoRead(ctx, "k", guard.ReadAll(&o.into, "SELECT n INTO @x FROM counters WHERE id = ?", 1), nop))
+		var raw sql.RawBytes
+		o.raw = e.g.DoRead(ctx, "k", guard.ReadOne(&raw, "SELECT id FROM counters WHERE id = ?", 1), nop)
 		must(t, e.g.DoRead(ctx, "k", guard.ReadAll(&o.none, "SELECT id, n FROM counters WHERE id > ?", 100), nop))
 		var m int
 		o.missing = e.g.DoRead(ctx, "k", guard.ReadOne(&m, "SELECT n FROM counters WHERE id = ?", 100), func(context.Context, *guard.Tx) error {
@@ -203,8 +212,12 @@ func TestDoReadResults(t *testing.T) {
 	carried := run(guard.Options{})
 	alone := run(guard.Options{MaxBatch: 4}) // a batch's members send their reads themselves
 	for name, o := range map[string]outcome{"with the claim": carried, "in fn": alone} {
-		if o.one != (row{ID: 2, N: 7}) || len(o.all) != 2 || o.all[1] != (row{ID: 2, N: 7}) || len(o.none) != 0 {
-			t.Errorf("%s: one %v, all %v, none %v", name, o.one, o.all, o.none)
+		if o.one != (row{ID: 2, N: 7}) || len(o.all) != 1 || o.all[0] != (row{ID: 2, N: 7}) || len(o.none) != 0 ||
+			len(o.kept) != 2 || o.kept[0] != (row{ID: 1}) || len(o.into) != 0 {
+			t.Errorf("%s: one %v, all %v (after %v), none %v, into %v", name, o.one, o.all, o.kept, o.none, o.into)
+		}
+		if o.raw == nil || !strings.Contains(o.raw.Error(), "RawBytes") {
+			t.Errorf("%s: ReadOne into sql.RawBytes: %v, want sqlx's refusal", name, o.raw)
 		}
 		if !errors.Is(o.missing, sql.ErrNoRows) || o.missingFnRan {
 			t.Errorf("%s: missing row: %v, fn ran %v; want sql.ErrNoRows and no fn", name, o.missing, o.missingFnRan)

@@ -276,10 +276,12 @@ func (g *Guard) rides(h holding) bool {
 // carries reports whether the claim of h's attempt may carry a statement:
 // a Redis token (database mode mints it in the claim), a pool whose
 // sessions obey a SELECT in a compound statement (Guard.closedTx, made by
-// the pool check) and a key whose fence row was seen (a missing one is
-// made before the claim, which must then be its own statement).
+// the pool check), a key whose fence row was seen (a missing one is made
+// before the claim, which must then be its own statement), and a server
+// whose peers take no writes (on Galera the statement would be prepared on
+// the server, where a brute-force abort may go unreported).
 func (g *Guard) carries(h holding) bool {
-	return !h.dbMode() && h.token != 0 && g.closedTx.Load() != nil && g.rowsSeen.seen(h.key)
+	return !h.dbMode() && h.token != 0 && g.closedTx.Load() != nil && g.rowsSeen.seen(h.key) && !g.dbCheck.multiPrimary.Load()
 }
 
 // ridesOn reports whether the Guard's claims ride with fn's first
@@ -565,6 +567,11 @@ func scanOne(rows *sqlx.Rows, dest any) error {
 		return sql.ErrNoRows
 	}
 	base := reflectx.Deref(v.Type())
+	if holdsRawBytes(rows.Mapper, base) {
+		// As sqlx's Get: the bytes would point into the driver's buffer,
+		// which the next statement overwrites.
+		return errors.New("sql: RawBytes isn't allowed on Row.Scan")
+	}
 	var err error
 	if scannable(rows.Mapper, base) {
 		cols, cerr := rows.Columns()
@@ -588,6 +595,25 @@ var (
 	scannerType = reflect.TypeFor[sql.Scanner]()
 	valuerType  = reflect.TypeFor[driver.Valuer]()
 )
+
+var rawBytesType = reflect.TypeFor[sql.RawBytes]()
+
+// holdsRawBytes reports whether a value of type t is, or has a field of
+// type, sql.RawBytes.
+func holdsRawBytes(m *reflectx.Mapper, t reflect.Type) bool {
+	if t == rawBytesType {
+		return true
+	}
+	if t.Kind() != reflect.Struct || scannable(m, t) {
+		return false
+	}
+	for _, f := range m.TypeMap(t).Index {
+		if f.Field.Type == rawBytesType {
+			return true
+		}
+	}
+	return false
+}
 
 // scannable reports whether a value of type t is scanned whole, as sqlx
 // decides it: a Scanner, a type that is not a struct, or a struct without
