@@ -134,6 +134,9 @@
 //     claims are known, and only the fence row keeps their statements
 //     apart) and connections in a transaction are killed; claims must have
 //     ridden and the kills hit.
+//   - read-rides (scenario_ride_test.go): the same faults, with buys made
+//     by guard.DoRead, whose read of the item goes with the claim before fn
+//     starts, the lock handed on at the claim.
 //
 // Besides checking the history, [VerifyDatabase] requires the orders, in
 // commit order, to carry strictly increasing tokens from one transaction to

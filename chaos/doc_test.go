@@ -9,7 +9,7 @@ import (
 )
 
 // scenarioName finds the names scenarios give their summary lines.
-var scenarioName = regexp.MustCompile(`(?:newEnv|newLostGrant)\(t, "([a-z0-9-]+)"|name: "([a-z0-9-]+)"|"(redis-outage)-"`)
+var scenarioName = regexp.MustCompile(`(?:newEnv|newLostGrant|runRides)\(t, "([a-z0-9-]+)"|name: "([a-z0-9-]+)"|"(redis-outage)-"`)
 
 // TestDocNamesEveryScenario keeps the package documentation's list of
 // scenarios complete: every name a scenario file gives its summary line must
