@@ -74,7 +74,7 @@ func main() {
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
 	flag.BoolVar(&c.newKeys, "new-keys", false, "start without fence rows, so that each key's first Do creates its row (default: every key's row exists, as for items sold before)")
 	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (guard.Do, default options), atend (HandOffAtEnd and NoRelay), handoff (NoRelay: hand-off at the claim alone), relay (HandOffAtEnd: relaying alone), batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchatend (with HandOffAtEnd and NoRelay), ride (ClaimWithFirstStatement), read (DoRead: the SELECT sent with the claim) (default: do, atend, handoff, relay, ride, read)")
-	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, atend, handoff, relay, batch, batchsp or batchatend")
+	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, atend, handoff, relay, batch, batchsp, batchatend, ride or read")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process during the last guard.Do run of the hot mode (of the mixed mode when the hot mode is not run) to this file")
 	flag.DurationVar(&c.opTimeout, "op-timeout", 0, "give every operation a ctx with this timeout, as services do (default: none in the uncontended and hot modes, whose COMMIT then cannot be cut short; 30s in the mixed mode)")
 	flag.Parse()
