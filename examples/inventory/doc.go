@@ -70,7 +70,8 @@
 //	go run ./examples/inventory -mode guard -buyers 128 -pause 0 -failover=false
 //	go run ./examples/inventory serve -addr 127.0.0.1:8080
 //
-// The serve subcommand runs the service as an HTTP API backed by guard.Do:
+// The serve subcommand runs the service as an HTTP API backed by
+// guard.DoRead (the stock read with the fence claim, the order in fn):
 //
 //	POST /orders      {"sku":"widget","qty":2} -> 201, 409 sold out, 400, 404, 503
 //	GET  /stock/{sku}                         -> 200, 404, 503

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -200,13 +201,18 @@ func (a *api) postOrder(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorResponse{Error: err.Error()})
 		return
 	}
-	var left int
-	err := a.guard.Do(ctx, lockKey(o.SKU), func(ctx context.Context, tx *guard.Tx) error {
+	// The stock is read with the fence claim, in one request (DoRead), and
+	// the order written in fn.
+	var stock, left int
+	err := a.guard.DoRead(ctx, lockKey(o.SKU), guard.ReadOne(&stock, store.StockQuery, o.SKU), func(ctx context.Context, tx *guard.Tx) error {
 		o.Token = tx.Token()
 		var err error
-		left, err = store.Purchase(ctx, tx, o, nil)
+		left, err = store.SellFrom(ctx, tx, o, stock, nil)
 		return err
 	})
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("%w: %q", store.ErrUnknownSKU, o.SKU)
+	}
 	if err != nil {
 		a.writeError(ctx, w, err)
 		return

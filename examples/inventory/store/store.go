@@ -94,6 +94,20 @@ func Purchase(ctx context.Context, q Execer, o Order, between func(ctx context.C
 	if err != nil {
 		return 0, err
 	}
+	return SellFrom(ctx, q, o, stock, between)
+}
+
+// StockQuery reads the stock of the SKU given as its argument: the read a
+// purchase begins with, for a caller that sends it itself (guard.DoRead
+// sends it with the fence claim), then calls SellFrom.
+const StockQuery = qStock
+
+// SellFrom runs the rest of Purchase once the stock of o's SKU was read as
+// stock, in the same transaction.
+func SellFrom(ctx context.Context, q Execer, o Order, stock int, between func(ctx context.Context)) (left int, err error) {
+	if err := o.Validate(); err != nil {
+		return 0, err
+	}
 	if stock < o.Qty {
 		return stock, &SoldOutError{SKU: o.SKU, Wanted: o.Qty, Available: stock}
 	}
