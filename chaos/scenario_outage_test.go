@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,13 +151,32 @@ type guardTx = guard.Tx
 
 // plainThroughput runs outageClients loops of plain SELECT … FOR UPDATE
 // buys (and reads, in the guarded load's mix) on an item of their own for d,
-// and returns the buys per second.
+// and returns the buys per second. A run in which the server failed to
+// answer a connection (a busy shared machine) is measured once more.
 func plainThroughput(t *testing.T, ctx context.Context, e *env, d time.Duration) float64 {
 	t.Helper()
-	const item = "sku-plain"
-	if _, err := e.db.ExecContext(ctx, insertItem, item, 1_000_000); err != nil {
+	if _, err := e.db.ExecContext(ctx, insertItem, plainItem, 1_000_000); err != nil {
 		t.Fatal(err)
 	}
+	rate, err := plainRun(ctx, e, d)
+	var ne net.Error
+	if errors.As(err, &ne) {
+		t.Logf("plain SELECT … FOR UPDATE baseline: %v; measuring again", err)
+		rate, err = plainRun(ctx, e, d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rate
+}
+
+// plainItem is the item of plainThroughput's buys.
+const plainItem = "sku-plain"
+
+// plainRun is one run of plainThroughput: an error when a buy failed or
+// none was made.
+func plainRun(ctx context.Context, e *env, d time.Duration) (float64, error) {
+	const item = plainItem
 	var n, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
 	rctx, cancel := context.WithTimeout(ctx, d)
@@ -191,9 +212,9 @@ func plainThroughput(t *testing.T, ctx context.Context, e *env, d time.Duration)
 		if p := firstErr.Load(); p != nil {
 			err = *p
 		}
-		t.Fatalf("plain SELECT … FOR UPDATE baseline: %d buys, %d failed (first: %v)", n.Load(), failed.Load(), err)
+		return 0, fmt.Errorf("plain SELECT … FOR UPDATE baseline: %d buys, %d failed (first: %w)", n.Load(), failed.Load(), err)
 	}
-	return float64(n.Load()) / d.Seconds()
+	return float64(n.Load()) / d.Seconds(), nil
 }
 
 func plainBuy(ctx context.Context, e *env, item, opID string) error {
