@@ -157,9 +157,9 @@ func (g *Guard) claim(ctx, lctx context.Context, h holding, n int, st stepper, r
 		tx.deferClaim(c, connID == 0, g.closedTx.Load())
 		return a, false, nil
 	}
-	r := (*rideStmt)(nil)
+	var r *rideStmt
 	if first != nil && g.carries(h) {
-		r = first.rideStmt()
+		r = newRide(first.query, first.args, false)
 	}
 	rows, err := c.run(lctx, r)
 	if err != nil {

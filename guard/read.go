@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -127,15 +126,6 @@ func (r *Read) empty() {
 	v.Set(reflect.Zero(v.Type()))
 }
 
-// rideStmt returns r as a statement that carries the claim, or nil when it
-// cannot (see newRide).
-func (r *Read) rideStmt() *rideStmt {
-	if r == nil {
-		return nil
-	}
-	return newRide(r.query, r.args, false)
-}
-
 // scan scans the result of r, sent with the claim, from rows, where the
 // claim's answer has been read, and closes rows. It returns nil when r
 // could not run as a prepared statement, and must be sent as it is.
@@ -144,21 +134,18 @@ func (r *Read) scan(ctx context.Context, t *Tx, rows *sqlx.Rows) *firstRead {
 	if r.all {
 		r.empty()
 	}
-	var err error
+	ok, asIs, err := t.riddenResult(rows)
 	switch {
-	case !rows.NextResultSet():
-		err = rows.Err()
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && (me.Number == erUnsupportedPS || me.Number == erSPBadStatement) {
-			return nil
-		}
-		if err == nil && !r.all {
-			err = sql.ErrNoRows // no result set (SELECT … INTO), as sqlx's Get reads it
-		}
+	case asIs:
+		return nil
+	case err != nil: // the statement's, observed
+	case !ok && !r.all:
+		err = sql.ErrNoRows // no result set (SELECT … INTO), as sqlx's Get reads it
+	case !ok: // ReadAll: no rows
 	case r.all:
-		err = sqlx.SelectContext(ctx, riddenRows{rows}, r.dest, r.query, r.args...)
+		err = t.observe(sqlx.SelectContext(ctx, riddenRows{rows}, r.dest, r.query, r.args...))
 	default:
-		err = scanOne(rows, r.dest)
+		err = t.observe(scanOne(rows, r.dest))
 	}
-	return &firstRead{read: r, err: t.observe(err)}
+	return &firstRead{read: r, err: err}
 }

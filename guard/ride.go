@@ -508,21 +508,32 @@ func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (row
 	if err != nil {
 		return nil, true, err
 	}
+	switch _, asIs, err := t.riddenResult(rows); {
+	case asIs:
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	}
+	return rows, true, nil // without a result set (SELECT … INTO): rows without rows, closed
+}
+
+// riddenResult moves rows, the answer of a compound statement that carried
+// a statement with the claim, to that statement's result set, and reports
+// whether it has one. Without one, rows is closed, and either err is the
+// statement's error or, with asIs, the statement cannot run as a prepared
+// statement (ER_UNSUPPORTED_PS, ER_SP_BADSTATEMENT): the claim holds, so
+// it goes as it is.
+func (t *Tx) riddenResult(rows *sqlx.Rows) (ok, asIs bool, err error) {
 	if rows.NextResultSet() {
-		return rows, true, nil
+		return true, false, nil
 	}
 	err = rows.Err()
 	_ = rows.Close()
-	if err == nil {
-		return rows, true, nil // no result set (SELECT … INTO): rows without rows, closed
-	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && (me.Number == erUnsupportedPS || me.Number == erSPBadStatement) {
-		// ER_UNSUPPORTED_PS, ER_SP_BADSTATEMENT: it cannot run as a
-		// prepared statement; the claim holds, so it goes as it is.
-		return nil, false, nil
+		return false, true, nil
 	}
-	return nil, true, t.observe(err)
+	return false, false, t.observe(err)
 }
 
 // rideExec is ExecContext's ride (see ride): the statement's affected rows
