@@ -1,10 +1,12 @@
 package guard
 
-// attempt.go owns the attempts under one turn: the retry loop (attempts),
-// which one caller's Do, a batch (batch_run.go) and database mode share
-// through a work value, and one caller's attempt: claim (claim.go), fn,
-// the check of the transaction, commit (commit.go). What a failure means is
-// decided in settle.go; the loop retries only what it is told it may.
+// attempt.go owns the attempts under one turn: the retry loop (attempts)
+// and the one attempt path (attempt): claim (claim.go), hand-on, the
+// work's fns, the check of the transaction, commit (commit.go). One
+// caller's Do, a batch (batch_run.go) and database mode all run through
+// both, as a work value whose methods are the steps in which they differ;
+// one caller's work (callWork) is here. What a failure means is decided in
+// settle.go; the loop retries only what it is told it may.
 
 import (
 	"context"
@@ -16,12 +18,22 @@ import (
 	"github.com/redfence/redfence/redislock"
 )
 
-// work is what Guard.attempts runs: one caller's fn (callWork), or the
-// members of a batch (batchRun).
+// work is what Guard.attempts runs: one caller's fn (callWork, below), or
+// the members of a batch (batchRun, batch_run.go). Guard.attempt runs an
+// attempt of either; these methods are the steps in which they differ.
 type work interface {
-	// attempt runs attempt n, holding the key with h; retry reports
-	// whether a failure may be retried.
-	attempt(h holding, n int) (retry bool, err error)
+	// begin starts an attempt under h: how its claim is sent, and the
+	// steps to record. ok is false when no part of the work is left.
+	begin(h *holding) (p plan, ok bool)
+	// run runs the work's fns in a's transaction, with fctx. done says
+	// that the attempt ended there, with retry and err; otherwise the work
+	// is in the transaction, for the check and the COMMIT.
+	run(a *attemptTx, n int, fctx context.Context) (done, retry bool, err error)
+	// rolledBack records that the transaction the work ran in was rolled
+	// back by the server, to be run again.
+	rolledBack()
+	// commit commits a and tells what the outcome means for the attempt.
+	commit(a *attemptTx) (retry bool, err error)
 	// now is the time, for the start of a step (the zero time when no step
 	// is recorded).
 	now() time.Time
@@ -31,6 +43,14 @@ type work interface {
 	// rest of the work again at once, which is not a failed attempt (a
 	// batch member's error, see batchRun.turns), and whether none is left.
 	rerun() (again, none bool)
+}
+
+// plan is how an attempt of a work begins (work.begin).
+type plan struct {
+	st      stepper
+	ride    bool  // the claim rides with fn's first statement (ride.go)
+	afterFn bool  // the lock is passed on once fn has returned, not at the claim
+	first   *Read // the read the claim carries (DoRead), or nil
 }
 
 // attempts runs w's transaction, from attempt number first, until it
@@ -43,7 +63,7 @@ func (g *Guard) attempts(ctx, lctx context.Context, h holding, first int, w work
 		if !same {
 			h.claimStart = w.now()
 		}
-		retry, err := w.attempt(h, n)
+		retry, err := g.attempt(ctx, lctx, h, n, w)
 		same = false
 		if nr := (noFenceRow{}); errors.As(err, &nr) {
 			retry, err = g.makeRow(lctx, h.key, nr, &made)
@@ -151,9 +171,41 @@ func (c *callWork) unlocked(token uint64, start time.Time, err error) {
 	c.tr.step(StepUnlock, token, 0, start, err)
 }
 
-func (c *callWork) attempt(h holding, n int) (bool, error) {
+func (c *callWork) begin(h *holding) (plan, bool) {
 	h.early = c.early
-	return c.g.attempt(c.ctx, c.lctx, h, n, c.acquired, c.fn, c.first, c.released, c.tr)
+	return plan{st: c.tr, ride: c.g.rides(*h), afterFn: c.g.ridesOn(), first: c.first}, true
+}
+
+// run runs fn, and ends the attempt unless fn's work is in the
+// transaction, ready to commit.
+func (c *callWork) run(a *attemptTx, _ int, fctx context.Context) (done, retry bool, err error) {
+	g, ctx, lctx, tx := c.g, c.ctx, c.lctx, a.tx
+	ferr := g.runFn(ctx, lctx, fctx, a, c.fn, c.tr)
+	if tx.claimPending() && ferr == nil {
+		_ = tx.sendClaim(lctx) // fn sent no statement the claim could ride with
+		tx.flushClaimStep()
+	}
+	if retry, err := tx.claimFailure(); err != nil {
+		return true, retry, err
+	}
+	if ferr == nil && tx.failure() == nil {
+		a.handOnAfterFn()
+	}
+	if f := tx.failure(); f != nil {
+		retry, err = g.txFailed(lctx, a, f, ferr)
+		return true, retry, err
+	}
+	if ferr != nil {
+		retry, err = g.fnFailed(ctx, lctx, a, ferr)
+		return true, retry, err
+	}
+	return false, false, nil
+}
+
+func (c *callWork) rolledBack() {}
+
+func (c *callWork) commit(a *attemptTx) (bool, error) {
+	return a.commit(c.acquired, c.released, c.tr)
 }
 
 func (c *callWork) now() time.Time { return c.tr.now() }
@@ -162,65 +214,63 @@ func (c *callWork) steps() stepper { return c.tr }
 
 func (c *callWork) rerun() (again, none bool) { return false, false }
 
-// attempt runs one transaction. retry reports whether a failure may be
-// retried under the same lock.
+// attempt runs attempt n of w in one transaction: the claim (claim.go),
+// the hand-on of the lock, w's fns, the check of the transaction and the
+// COMMIT (commit.go). retry reports whether a failure may be retried under
+// the same lock.
 //
 // After a successful COMMIT, the sql.Tx is released on a goroutine (a
 // ROLLBACK that finds no transaction, see commit) so that the unlock need not
-// wait for it; *released is closed when that is done.
-func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, acquired time.Time,
-	fn func(context.Context, *Tx) error, first *Read, released *chan struct{}, tr *tracer) (retry bool, err error) {
-	a, retry, err := g.claim(ctx, lctx, h, n, tr, g.rides(h), first)
+// wait for it.
+func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, w work) (retry bool, err error) {
+	p, ok := w.begin(&h)
+	if !ok {
+		return false, nil
+	}
+	a, retry, err := g.claim(ctx, lctx, h, n, p.st, p.ride, p.first)
 	if a == nil {
 		return retry, err
 	}
 	defer a.close()
-	tx := a.tx
-	fctx := a.handOn(ctx, lctx, h.handOff, h.dbMode(), g.ridesOn())
-	ferr := g.runFn(ctx, lctx, fctx, a, fn, tr)
-	if tx.claimPending() && ferr == nil {
-		_ = tx.sendClaim(lctx) // fn sent no statement the claim could ride with
-		tx.flushClaimStep()
+	ho := h.handOff
+	if ho.handed() {
+		ho = nil // handed on in an earlier attempt of this turn
 	}
-	if retry, err := tx.claimFailure(); err != nil {
+	fctx := a.handOn(ctx, lctx, ho, h.dbMode(), p.afterFn)
+	if done, retry, err := w.run(a, n, fctx); done {
 		return retry, err
 	}
-	if ferr == nil && tx.failure() == nil {
-		a.handOnAfterFn()
-	}
-	if f := tx.failure(); f != nil {
-		// A statement of this transaction failed in a way that leaves the
-		// transaction unusable. Only such failures are retried: an error of
-		// fn's own making, or of another transaction (a nested Do on another
-		// key), is returned as it is, whatever its class.
+	if err := a.tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
+		a.rollback()
+		f := a.tx.failure()
 		switch {
-		case !f.retry:
-			return false, withStatementErr(f.err, ferr)
-		case ferr != nil && !errors.Is(ferr, f.err):
-			return false, g.lostOr(lctx, ferr)
-		default:
-			retry, rolledBack, perr := g.retryable(ctx, a.stx, tx, f.err)
-			a.finished = a.finished || rolledBack
-			if perr != nil {
-				return false, perr
-			}
-			return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
-		}
-	}
-	if ferr != nil {
-		return g.fnFailed(ctx, lctx, a, ferr)
-	}
-	if err := tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
-		f := tx.failure()
-		if f != nil && f.retry {
+		case f != nil && f.retry:
+			w.rolledBack()
 			return lctx.Err() == nil, g.lostOr(lctx, err)
-		}
-		if f != nil {
+		case f != nil:
 			return false, err // an outcome: a lost lock must not hide it
 		}
 		return false, g.lostOr(lctx, err)
 	}
-	return a.commit(acquired, released, tr)
+	return w.commit(a)
+}
+
+// txFailed tells what f, a failure of a's transaction, means after fn
+// returned ferr. Only a failure that leaves the transaction unusable is
+// retried: an error of fn's own making, or of another transaction (a
+// nested Do on another key), is returned as it is, whatever its class.
+func (g *Guard) txFailed(lctx context.Context, a *attemptTx, f *txFailure, ferr error) (retry bool, err error) {
+	switch {
+	case !f.retry:
+		return false, withStatementErr(f.err, ferr)
+	case ferr != nil && !errors.Is(ferr, f.err):
+		return false, g.lostOr(lctx, ferr)
+	}
+	retry, perr := a.retryable(lctx, f.err)
+	if perr != nil {
+		return false, perr
+	}
+	return retry, g.lostOr(lctx, f.err)
 }
 
 // runFn runs fn in a's transaction with fctx, and returns its error, or

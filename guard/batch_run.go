@@ -1,9 +1,10 @@
 package guard
 
 // batch_run.go owns the run of one batch: a turn of the key's lock for all
-// of its members, and the work (see attempt.go) whose attempts give each
-// member its turn in one transaction. The claim and the commit are the
-// steps every attempt shares (claim.go, commit.go).
+// of its members, and the work (see attempt.go) that gives each member its
+// turn in an attempt's transaction and settles the members' results. The
+// attempt itself (claim, hand-on, check, commit) is Guard.attempt's, as for
+// one caller's Do.
 
 import (
 	"context"
@@ -39,6 +40,11 @@ type batchRun struct {
 	// ho, when the lock is handed on at the claim, passes the current turn
 	// of the lock on once the claim holds the fence row.
 	ho *handOff
+	// handing: the current attempt hands the lock on at its claim.
+	handing bool
+	// cur are the members the current attempt runs (begin), and ran those
+	// of them whose work is in its transaction (run).
+	cur, ran []*member
 }
 
 // runBatch is the goroutine of a batch at the head of its key's queue (or,
@@ -224,8 +230,8 @@ func (r *batchRun) deliver(err, uerr error) {
 	}
 }
 
-// now, steps, rerun and attempt make a batchRun the work of
-// Guard.attempts.
+// now, steps and rerun, with begin, run, rolledBack and commit below, make
+// a batchRun the work of Guard.attempts.
 func (r *batchRun) now() time.Time { return time.Now() }
 func (r *batchRun) steps() stepper { return batchSteps{r: r, ms: r.open()} }
 
@@ -249,39 +255,33 @@ func (b batchSteps) step(kind StepKind, _ uint64, attempt int, start time.Time, 
 	b.r.step(b.ms, kind, attempt, start, err)
 }
 
-// attempt runs one transaction for the members still waiting. err, when
-// not nil, is the result of all of them (or, with retry, the failure to
-// retry); results of single members are settled on the way.
-func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
-	g, ctx, lctx := r.g, r.ctx, r.lctx
-	open := r.open()
-	if len(open) == 0 {
-		return false, nil
-	}
-	st := batchSteps{r: r, ms: open}
-	a, retry, err := g.claim(ctx, lctx, h, n, st, false, nil)
-	if a == nil {
-		return retry, err
-	}
-	defer a.close()
-	tx := a.tx
-	ho := r.ho
-	if ho.handed() {
-		ho = nil
-	}
-	fctx := a.handOn(ctx, lctx, ho, false, false)
-	if ho != nil {
+// begin starts an attempt for the members still waiting, when any is.
+func (r *batchRun) begin(*holding) (plan, bool) {
+	r.cur, r.ran = r.open(), nil
+	r.handing = r.ho != nil && !r.ho.handed()
+	return plan{st: batchSteps{r: r, ms: r.cur}}, len(r.cur) > 0
+}
+
+// run gives each member of the attempt its turn in a's transaction. The
+// attempt ends there (done) unless some member's work is in the
+// transaction, ready to commit; results of single members are settled on
+// the way, and err, when not nil, is the result of all of them (or, with
+// retry, the failure to retry).
+func (r *batchRun) run(a *attemptTx, n int, fctx context.Context) (done, retry bool, err error) {
+	g, lctx, open := r.g, r.lctx, r.cur
+	if r.handing {
 		g.batches.setHandedOff(g, r.b, true) // the next batch starts its turn
 	}
-	ran, failed, causer := r.turns(open, tx, n, fctx)
+	ran, failed, causer := r.turns(open, a.tx, n, fctx)
 	switch {
 	case r.runAgain:
 		a.rollback()
 		r.unran(open)
 		r.careful = true
-		return false, nil
+		return true, false, nil
 	case failed != nil:
-		return r.failed(a, open, ran, causer, failed)
+		retry, err = r.failed(a, open, ran, causer, failed)
+		return true, retry, err
 	}
 	if lctx.Err() != nil {
 		// Members the lost lock kept from running get the loss; the work of
@@ -294,27 +294,22 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 			}
 		}
 	}
-	if len(ran) == 0 {
-		return false, nil
-	}
-	if err := tx.verify(ctx); err != nil {
-		a.rollback()
-		f := tx.failure()
-		if f != nil && f.retry {
-			r.unran(open) // rolled back: every member with work in it runs again
-			return lctx.Err() == nil, g.lostOr(lctx, err)
-		}
-		if f != nil {
-			return false, err // an outcome: a lost lock must not hide it
-		}
-		return false, g.lostOr(lctx, err)
-	}
-	retry, err = a.commit(r.acquired, &r.released, batchSteps{r: r, ms: ran})
+	r.ran = ran
+	return len(ran) == 0, false, nil
+}
+
+// rolledBack records that every member with work in the attempt's
+// transaction runs again.
+func (r *batchRun) rolledBack() { r.unran(r.cur) }
+
+// commit commits the work of the members that ran, and settles them.
+func (r *batchRun) commit(a *attemptTx) (bool, error) {
+	retry, err := a.commit(r.acquired, &r.released, batchSteps{r: r, ms: r.ran})
 	if err != nil && retry {
-		r.unran(open)
+		r.unran(r.cur)
 		return true, err
 	}
-	for _, m := range ran {
+	for _, m := range r.ran {
 		r.settle(m, err)
 	}
 	return false, nil
@@ -324,14 +319,13 @@ func (r *batchRun) attempt(h holding, n int) (retry bool, err error) {
 // (failed): rolled back by the server and retryable, every member with
 // work in it runs again; otherwise the members are settled (see failBatch).
 func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, failed *txFailure) (retry bool, err error) {
-	g, ctx, lctx := r.g, r.ctx, r.lctx
+	g, lctx := r.g, r.lctx
 	if !failed.retry {
 		a.rollback()
 		r.failBatch(open, ran, causer, failed.err)
 		return false, nil
 	}
-	retry, rolledBack, perr := g.retryable(ctx, a.stx, a.tx, failed.err)
-	a.finished = a.finished || rolledBack
+	retry, perr := a.retryable(lctx, failed.err)
 	a.rollback()
 	if perr != nil {
 		// The claiming transaction committed (or may have) before the
@@ -348,7 +342,7 @@ func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, fai
 	// The server rolled the transaction back: every member with work in it
 	// runs again.
 	r.unran(open)
-	return retry && lctx.Err() == nil, g.lostOr(lctx, failed.err)
+	return retry, g.lostOr(lctx, failed.err)
 }
 
 // turns hands tx to each member of open in order and returns those whose
