@@ -71,10 +71,11 @@
 // # How a Do runs
 //
 // In the source, in call order: do.go (input, nesting, the server check;
-// read.go for DoRead), turn.go (the lock; early.go begins beside it), attempt.go, claim.go,
-// session.go (the server's proof of the transaction), tx.go (fn's
-// statements, ride.go), commit.go, settle.go (what a failure means); beside them
-// relay.go, spare.go, batch.go, batch_run.go and fallback.go.
+// read.go for DoRead), turn.go (the lock; early.go begins beside it),
+// attempt.go (one path for every call), claim.go, session.go (the
+// server's proof), tx.go (fn's statements, ride.go),
+// commit.go, settle.go (what a failure means); beside them relay.go,
+// spare.go, batch.go, batch_run.go and fallback.go.
 //
 // How Do works and what each choice costs is in the design note,
 // docs/design.md in the repository:

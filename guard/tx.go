@@ -524,29 +524,43 @@ func (t *Tx) settleOpaque(ctx context.Context, failed bool) error {
 	}
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != erNoSuchSavepoint {
-		// sql.ErrTxDone: database/sql ended the transaction when the
-		// caller's ctx ended, dropping its connection.
-		lost := fence.IsConnectionLost(err) || errors.Is(err, sql.ErrTxDone)
-		if lost && t.settleLost != nil {
-			committed, serr := t.settleLost(ctx)
-			switch {
-			case serr == nil && !committed:
-				// The server rolled it back with the connection: as any
-				// lost connection, the attempt may run again.
-				lerr := fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err)
-				if t.failure() == nil {
-					t.fail(lerr, true)
-				}
-				return lerr
-			case serr == nil:
-				return t.failFinally(t.endedErr("what it wrote before that committed with the claim"))
-			}
-			err = fmt.Errorf("%v (settling: %v)", err, serr)
-		}
-		return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and checking the transaction failed: %v",
-			t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
+		return t.uncheckable(ctx, err)
 	}
-	f, err := fence.Lookup(sctx, t.Tx, t.resource)
+	return t.settleByRow(sctx, failed)
+}
+
+// uncheckable settles a transaction whose check savepoint could not be
+// released (err, not a missing savepoint): on a lost connection, as a lost
+// COMMIT is (settleLost); otherwise its outcome is unknown.
+func (t *Tx) uncheckable(ctx context.Context, err error) error {
+	// sql.ErrTxDone: database/sql ended the transaction when the caller's
+	// ctx ended, dropping its connection.
+	lost := fence.IsConnectionLost(err) || errors.Is(err, sql.ErrTxDone)
+	if lost && t.settleLost != nil {
+		committed, serr := t.settleLost(ctx)
+		switch {
+		case serr == nil && !committed:
+			// The server rolled it back with the connection: as any lost
+			// connection, the attempt may run again.
+			lerr := fmt.Errorf("guard: %q: check that the transaction is still open: %w", t.key, err)
+			if t.failure() == nil {
+				t.fail(lerr, true)
+			}
+			return lerr
+		case serr == nil:
+			return t.failFinally(t.endedErr("what it wrote before that committed with the claim"))
+		}
+		err = fmt.Errorf("%v (settling: %v)", err, serr)
+	}
+	return t.failFinally(fmt.Errorf("guard: %q: %w: %w, and checking the transaction failed: %v",
+		t.key, ErrOutcomeUnknown, errMayHaveEnded, err))
+}
+
+// settleByRow settles a transaction whose check savepoint is gone, from
+// the fence row read on its own connection (see settleOpaque): failed says
+// that the statement that ended it failed.
+func (t *Tx) settleByRow(ctx context.Context, failed bool) error {
+	f, err := fence.Lookup(ctx, t.Tx, t.resource)
 	switch {
 	case err == nil && f.OpID == t.opID:
 		return t.failFinally(t.endedErr("what it wrote before that committed with the claim, what ran after it ran outside the fence"))
