@@ -241,6 +241,8 @@ func (g *Guard) attempt(ctx, lctx context.Context, h holding, n int, w work) (re
 		return retry, err
 	}
 	if err := a.tx.verify(ctx); err != nil { // not lctx: a lock lost now must not undo a safe commit
+		// Rolled back before the decision, so that a lock lost meanwhile is
+		// seen by it.
 		a.rollback()
 		f := a.tx.failure()
 		switch {
@@ -266,11 +268,11 @@ func (g *Guard) txFailed(lctx context.Context, a *attemptTx, f *txFailure, ferr 
 	case ferr != nil && !errors.Is(ferr, f.err):
 		return false, g.lostOr(lctx, ferr)
 	}
-	retry, perr := a.retryable(lctx, f.err)
+	retry, perr := a.retryable(f.err)
 	if perr != nil {
 		return false, perr
 	}
-	return retry, g.lostOr(lctx, f.err)
+	return retry && lctx.Err() == nil, g.lostOr(lctx, f.err)
 }
 
 // runFn runs fn in a's transaction with fctx, and returns its error, or

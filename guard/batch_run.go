@@ -325,7 +325,7 @@ func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, fai
 		r.failBatch(open, ran, causer, failed.err)
 		return false, nil
 	}
-	retry, perr := a.retryable(lctx, failed.err)
+	retry, perr := a.retryable(failed.err)
 	a.rollback()
 	if perr != nil {
 		// The claiming transaction committed (or may have) before the
@@ -342,7 +342,7 @@ func (r *batchRun) failed(a *attemptTx, open, ran []*member, causer *member, fai
 	// The server rolled the transaction back: every member with work in it
 	// runs again.
 	r.unran(open)
-	return retry, g.lostOr(lctx, failed.err)
+	return retry && lctx.Err() == nil, g.lostOr(lctx, failed.err)
 }
 
 // turns hands tx to each member of open in order and returns those whose

@@ -241,10 +241,9 @@ func (g *Guard) retryable(ctx context.Context, stx *sqlx.Tx, tx *Tx, cause error
 }
 
 // retryable is Guard.retryable for a's transaction, which failed with
-// cause; a is marked finished when it was rolled back there. retry is
-// false once lctx has ended.
-func (a *attemptTx) retryable(lctx context.Context, cause error) (retry bool, err error) {
+// cause; a is marked finished when it was rolled back there.
+func (a *attemptTx) retryable(cause error) (retry bool, err error) {
 	retry, finished, err := a.g.retryable(a.ctx, a.stx, a.tx, cause)
 	a.finished = a.finished || finished
-	return retry && lctx.Err() == nil, err
+	return retry, err
 }
