@@ -123,6 +123,7 @@ type result struct {
 	elapsed          time.Duration // the runs' length, summed
 	ops              int           // every operation that succeeded, also while the callers stopped
 	inTx             txCount       // the most connections in a transaction at once
+	active           txCount       // the most of them whose COMMIT or ROLLBACK was not sent yet
 	redisRT, mysqlRT int64
 	cpu              cpuTimes
 	sched            sched
@@ -266,11 +267,9 @@ func (s *setup) runOnce(ctx context.Context, c contention, v variant, d time.Dur
 	}
 	r.elapsed += d
 	r.ops += ok[hot] + ok[cold]
-	p := s.tally.peaks()
-	r.inTx.all = max(r.inTx.all, p.all)
-	for i := range p.by {
-		r.inTx.by[i] = max(r.inTx.by[i], p.by[i])
-	}
+	open, active := s.tally.peaks()
+	r.inTx.raise(open)
+	r.active.raise(active)
 	r.redisRT += r1 - r0
 	r.mysqlRT += m1 - m0
 	r.cpu = r.cpu.add(cpu)
@@ -308,8 +307,8 @@ func (s *setup) report(c contention, variants []variant, results []result) {
 		if len(classes) > 1 {
 			fmt.Printf("  %-10s %-4s %7.0f ops/s\n", "", "all", r.totalRPS())
 		}
-		fmt.Printf("  %-10s DB conns in use at once, at most: %d; by hot callers %d, by cold callers %d\n",
-			"", r.inTx.all, r.inTx.by[hot], r.inTx.by[cold])
+		fmt.Printf("  %-10s DB conns in use at once, at most: %d; by hot callers %d, by cold callers %d; before their COMMIT or ROLLBACK: %d; %d, %d\n",
+			"", r.inTx.all, r.inTx.by[hot], r.inTx.by[cold], r.active.all, r.active.by[hot], r.active.by[cold])
 		fmt.Printf("  %-10s per op: round trips Redis %.2f, MySQL %.2f; CPU µs bench %.0f, mysqld %.0f, redis %.0f (machine idle %.0f%%)\n",
 			"", float64(r.redisRT)/float64(max(r.ops, 1)), float64(r.mysqlRT)/float64(max(r.ops, 1)),
 			r.cpu.self.perOp(r.ops), r.cpu.mysqld.perOp(r.ops), r.cpu.redis.perOp(r.ops), r.cpu.idlePct())
