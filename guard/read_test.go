@@ -144,9 +144,13 @@ func TestDoReadRidesOnAHotKey(t *testing.T) {
 	// Each holder's COMMIT chains the transaction of a later caller while
 	// more callers are under way than transactions are parked or on their
 	// way for them: a holder granted the lock finds one and claims at once,
-	// and the pool sees a BEGIN now and then, not one every other call.
-	if begins > callers {
-		t.Fatalf("%d transactions begun on the pool for %d calls by %d callers; want at most %d", begins, callers*each, callers, callers)
+	// and the pool sees a BEGIN now and then, not one every other call (40).
+	// How often a holder is granted before the chained transaction is
+	// parked depends on scheduling: 5–6 alone, 5–10 beside another test
+	// process under -race.
+	t.Logf("%d transactions begun on the pool", begins)
+	if limit := 2 * callers; begins > limit {
+		t.Fatalf("%d transactions begun on the pool for %d calls by %d callers; want at most %d", begins, callers*each, callers, limit)
 	}
 }
 

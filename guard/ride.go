@@ -488,34 +488,52 @@ func unwrapNoRow(err error) error {
 // carry it: the caller then sends query as usual (before sends the claim on
 // its own first, or waits for the one under way).
 func (t *Tx) ride(ctx context.Context, query string, args []any, exec bool) (rows *sqlx.Rows, rode bool, err error) {
+	rows, _, rode, err = t.rideSet(ctx, query, args, exec)
+	return rows, rode, err
+}
+
+// rideSet is ride, also reporting whether the statement answered with a
+// result set: without one (SELECT … INTO), rows has no rows and is closed.
+func (t *Tx) rideSet(ctx context.Context, query string, args []any, exec bool) (rows *sqlx.Rows, set, rode bool, err error) {
 	if t.txState == nil || !t.claim.deferred {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	r := newRide(query, args, exec)
 	if r == nil {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if err := t.vet(ctx); err != nil {
-		return nil, true, err
+		return nil, false, true, err
 	}
 	t.claim.Lock()
 	if t.claim.pending == nil {
 		t.claim.Unlock()
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	rows, err = t.runClaim(ctx, r)
 	t.claim.Unlock()
 	if err != nil {
-		return nil, true, err
+		return nil, false, true, err
 	}
-	switch _, asIs, err := t.riddenResult(rows); {
+	set, asIs, err := t.riddenResult(rows)
+	switch {
 	case asIs:
-		return nil, false, nil
+		return nil, false, false, nil
 	case err != nil:
-		return nil, true, err
+		return nil, false, true, err
 	}
-	return rows, true, nil // without a result set (SELECT … INTO): rows without rows, closed
+	return rows, set, true, nil
 }
+
+// noResultSet is the answer of a statement without a result set (SELECT …
+// INTO) as sqlx reads it: no columns, no rows.
+type noResultSet struct{}
+
+func (noResultSet) Close() error               { return nil }
+func (noResultSet) Columns() ([]string, error) { return nil, nil }
+func (noResultSet) Err() error                 { return nil }
+func (noResultSet) Next() bool                 { return false }
+func (noResultSet) Scan(...any) error          { return sql.ErrNoRows }
 
 // riddenResult moves rows, the answer of a compound statement that carried
 // a statement with the claim, to that statement's result set, and reports

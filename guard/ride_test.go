@@ -109,6 +109,7 @@ func TestRiddenStatementResultsMatch(t *testing.T) {
 		got                []row
 		one                row
 		count              int
+		err                string // of a statement whose error is its result
 	}
 	run := func(opt guard.Options, first string) outcome {
 		e, _ := rideEnv(t, opt)
@@ -143,6 +144,17 @@ func TestRiddenStatementResultsMatch(t *testing.T) {
 				if err := tx.GetContext(ctx, &o.count, "SELECT COUNT(*) FROM people WHERE name = ?", "ALICE"); err != nil {
 					return err
 				}
+			case "select-into":
+				// No result set: sqlx's Select leaves a slice the caller
+				// kept as it was, and returns no error.
+				o.got = []row{{ID: 99}}
+				if err := tx.SelectContext(ctx, &o.got, "SELECT name INTO @who FROM people WHERE id = ?", 1); err != nil {
+					o.err = err.Error()
+				}
+			case "get-into":
+				if err := tx.GetContext(ctx, &o.one, "SELECT name INTO @who FROM people WHERE id = ?", 1); err != nil {
+					o.err = err.Error()
+				}
 			case "queryx":
 				rows, err := tx.QueryxContext(ctx, "SELECT id, name, note FROM people WHERE id <> ? ORDER BY id", int8(2))
 				if err != nil {
@@ -162,11 +174,11 @@ func TestRiddenStatementResultsMatch(t *testing.T) {
 		}))
 		return o
 	}
-	for _, first := range []string{"update", "delete", "select", "get", "count", "queryx"} {
+	for _, first := range []string{"update", "delete", "select", "get", "count", "queryx", "select-into", "get-into"} {
 		t.Run(first, func(t *testing.T) {
 			want := run(guard.Options{ClaimWithFirstStatement: false}, first)
 			got := run(guard.Options{ClaimWithFirstStatement: true}, first)
-			if !sameOutcome(got.got, want.got) || got.affected != want.affected || got.insertID != want.insertID || got.one != want.one || got.count != want.count {
+			if !sameOutcome(got.got, want.got) || got.affected != want.affected || got.insertID != want.insertID || got.one != want.one || got.count != want.count || got.err != want.err {
 				t.Fatalf("riding the claim: %+v; sent alone: %+v", got, want)
 			}
 		})

@@ -851,9 +851,12 @@ func (t *Tx) Get(dest any, query string, args ...any) error {
 func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...any) (err error) {
 	ctx, done := t.stmtCtx(ctx, false)
 	defer func() { err = done(err) }()
-	if rows, rode, err := t.ride(ctx, query, args, false); rode {
-		if err != nil {
+	if rows, set, rode, err := t.rideSet(ctx, query, args, false); rode {
+		switch {
+		case err != nil:
 			return err
+		case !set: // SELECT … INTO: as sqlx reads its answer, no rows
+			return sqlx.StructScan(noResultSet{}, dest)
 		}
 		return t.observe(sqlx.SelectContext(ctx, riddenRows{rows}, dest, query, args...))
 	}
