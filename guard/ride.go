@@ -525,15 +525,23 @@ func (t *Tx) rideSet(ctx context.Context, query string, args []any, exec bool) (
 	return rows, set, true, nil
 }
 
-// noResultSet is the answer of a statement without a result set (SELECT …
-// INTO) as sqlx reads it: no columns, no rows.
-type noResultSet struct{}
-
-func (noResultSet) Close() error               { return nil }
-func (noResultSet) Columns() ([]string, error) { return nil, nil }
-func (noResultSet) Err() error                 { return nil }
-func (noResultSet) Next() bool                 { return false }
-func (noResultSet) Scan(...any) error          { return sql.ErrNoRows }
+// selectNone is sqlx's Select of a statement that answered without a result
+// set (SELECT … INTO): dest is checked as sqlx checks it, and its slice
+// emptied.
+func selectNone(dest any) error {
+	v := reflect.ValueOf(dest)
+	switch {
+	case v.Kind() != reflect.Pointer:
+		return errors.New("must pass a pointer, not a value, to StructScan destination")
+	case v.IsNil():
+		return errors.New("nil pointer passed to StructScan destination")
+	}
+	if t := reflectx.Deref(v.Type()); t.Kind() != reflect.Slice {
+		return fmt.Errorf("expected %s but got %s", reflect.Slice, t.Kind())
+	}
+	v.Elem().SetLen(0)
+	return nil
+}
 
 // riddenResult moves rows, the answer of a compound statement that carried
 // a statement with the claim, to that statement's result set, and reports

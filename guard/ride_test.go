@@ -145,10 +145,21 @@ func TestRiddenStatementResultsMatch(t *testing.T) {
 					return err
 				}
 			case "select-into":
-				// No result set: sqlx's Select leaves a slice the caller
-				// kept as it was, and returns no error.
+				// No result set: sqlx's Select empties the slice and
+				// returns no error, into structs and into values alike.
 				o.got = []row{{ID: 99}}
 				if err := tx.SelectContext(ctx, &o.got, "SELECT name INTO @who FROM people WHERE id = ?", 1); err != nil {
+					o.err = err.Error()
+				}
+			case "select-into-values":
+				names := []string{"kept"}
+				if err := tx.SelectContext(ctx, &names, "SELECT name INTO @who FROM people WHERE id = ?", 2); err != nil {
+					o.err = err.Error()
+				}
+				o.count = len(names)
+			case "select-into-non-slice":
+				var notSlice int
+				if err := tx.SelectContext(ctx, &notSlice, "SELECT name INTO @who FROM people WHERE id = ?", 3); err != nil {
 					o.err = err.Error()
 				}
 			case "get-into":
@@ -174,7 +185,7 @@ func TestRiddenStatementResultsMatch(t *testing.T) {
 		}))
 		return o
 	}
-	for _, first := range []string{"update", "delete", "select", "get", "count", "queryx", "select-into", "get-into"} {
+	for _, first := range []string{"update", "delete", "select", "get", "count", "queryx", "select-into", "select-into-values", "select-into-non-slice", "get-into"} {
 		t.Run(first, func(t *testing.T) {
 			want := run(guard.Options{ClaimWithFirstStatement: false}, first)
 			got := run(guard.Options{ClaimWithFirstStatement: true}, first)

@@ -856,7 +856,7 @@ func (t *Tx) SelectContext(ctx context.Context, dest any, query string, args ...
 		case err != nil:
 			return err
 		case !set: // SELECT … INTO: as sqlx reads its answer, no rows
-			return sqlx.StructScan(noResultSet{}, dest)
+			return selectNone(dest)
 		}
 		return t.observe(sqlx.SelectContext(ctx, riddenRows{rows}, dest, query, args...))
 	}
