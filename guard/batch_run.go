@@ -40,8 +40,6 @@ type batchRun struct {
 	// ho, when the lock is handed on at the claim, passes the current turn
 	// of the lock on once the claim holds the fence row.
 	ho *handOff
-	// handing: the current attempt hands the lock on at its claim.
-	handing bool
 	// cur are the members the current attempt runs (begin), and ran those
 	// of them whose work is in its transaction (run).
 	cur, ran []*member
@@ -258,7 +256,6 @@ func (b batchSteps) step(kind StepKind, _ uint64, attempt int, start time.Time, 
 // begin starts an attempt for the members still waiting, when any is.
 func (r *batchRun) begin(*holding) (plan, bool) {
 	r.cur, r.ran = r.open(), nil
-	r.handing = r.ho != nil && !r.ho.handed()
 	return plan{st: batchSteps{r: r, ms: r.cur}}, len(r.cur) > 0
 }
 
@@ -269,7 +266,7 @@ func (r *batchRun) begin(*holding) (plan, bool) {
 // retry, the failure to retry).
 func (r *batchRun) run(a *attemptTx, n int, fctx context.Context) (done, retry bool, err error) {
 	g, lctx, open := r.g, r.lctx, r.cur
-	if r.handing {
+	if r.ho.handed() { // handed on at this attempt's claim (Guard.attempt)
 		g.batches.setHandedOff(g, r.b, true) // the next batch starts its turn
 	}
 	ran, failed, causer := r.turns(open, a.tx, n, fctx)

@@ -48,11 +48,11 @@ type dbCheck struct {
 // pool, or an error wrapping [ErrUnsafePool] that names what to change. It
 // runs two to four short statements on one connection the first time it
 // succeeds, and a transaction of one SELECT (whether the pool's sessions
-// set sql_select_limit, see DoRead), and returns the kept result after that. Do calls it before it
-// takes the lock; call it at start-up to fail fast, or so that the first
-// Do does not pay for it. A check that could not be made (ctx ended, the
-// database unreachable) is not kept: the next call tries again. ctx bounds
-// the check, including the wait for a connection.
+// set sql_select_limit, see DoRead), and returns the kept result after
+// that. Do calls it before it takes the lock; call it at start-up to fail
+// fast, or so that the first Do does not pay for it. A check that could not
+// be made (ctx ended, the database unreachable) is not kept: the next call
+// tries again. ctx bounds the check, including the wait for a connection.
 func (g *Guard) CheckDatabase(ctx context.Context) error {
 	if err := g.usable(); err != nil {
 		return err

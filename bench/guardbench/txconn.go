@@ -170,19 +170,23 @@ type talliedConn struct {
 func (c *talliedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	chained := c.sent(q)
 	r, err := c.fullConn.ExecContext(ctx, q, args)
-	if chained && err == nil {
-		c.tx.markEnding(false)
-	}
+	c.answered(chained, err)
 	return r, err
 }
 
 func (c *talliedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
 	chained := c.sent(q)
 	rows, err := c.fullConn.QueryContext(ctx, q, args)
+	c.answered(chained, err)
+	return rows, err
+}
+
+// answered records the answer to a statement sent reports chained for:
+// the transaction it chained is active.
+func (c *talliedConn) answered(chained bool, err error) {
 	if chained && err == nil {
 		c.tx.markEnding(false)
 	}
-	return rows, err
 }
 
 // sent records statement q of the connection's transaction, and reports
