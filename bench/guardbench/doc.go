@@ -5,7 +5,13 @@
 //   - uncontended: Do with one UPDATE against the bare transaction (BEGIN;
 //     UPDATE; COMMIT) without lock or claim: latency p50 and mean, their
 //     ratio, and Redis and MySQL round trips per operation (counted on the
-//     sockets: a read that follows a write is one round trip);
+//     sockets: a read that follows a write is one round trip); then, per
+//     variant, each kind of request (a statement's verb, CALL and the
+//     procedure, BEGIN NOT ATOMIC, a Redis command) with its count and mean
+//     time per operation, from its write (after the -rtt delay) to the first
+//     bytes of its reply: what each request costs the servers, apart from
+//     the network; and with -steps, the means of Do's stages
+//     (Hooks.OnStep: lock, claim, fn, commit, unlock);
 //   - hot: -callers callers on one key with a DB pool of -pool connections,
 //     Do with a read-modify-write against the MySQL-only alternative in the
 //     same transaction shape (BEGIN; SELECT ... FOR UPDATE; UPDATE; COMMIT);
@@ -49,7 +55,7 @@
 //	    [-mode uncontended,hot,mixed] [-rtt 0] [-n 2000] [-callers 256]
 //	    [-hot-callers 128] [-cold-callers 32] [-cold-rows 10000] [-pool 16]
 //	    [-d 5s] [-rounds 2] [-op-timeout D] [-interpolate=true] [-hot do,atend,handoff,relay]
-//	    [-maxbatch 0] [-batch 16] [-new-keys] [-cpuprofile file] [-cpuprofile-variant do]
+//	    [-maxbatch 0] [-batch 16] [-new-keys] [-steps] [-cpuprofile file] [-cpuprofile-variant do]
 //
 // -maxbatch sets guard.Options.MaxBatch of the do, atend, handoff and relay
 // Guards (0: off); -batch that of the batch variants.

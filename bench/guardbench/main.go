@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -36,6 +37,7 @@ type config struct {
 	dur            time.Duration // each contended run
 	rounds         int           // contended runs per variant, alternating
 	rtt            time.Duration // delay before every request on every connection
+	steps          bool          // time the stages of each Do in uncontended mode
 	interpolate    bool
 	variants       string   // -hot: variants besides SELECT ... FOR UPDATE
 	profile        *os.File // CPU profile of one guard.Do run, or nil
@@ -72,6 +74,7 @@ func main() {
 	flag.IntVar(&c.batch, "batch", 16, "guard.Options.MaxBatch of the batch, batchsp and batchatend variants")
 	flag.DurationVar(&c.rtt, "rtt", 0, "hold back every request written on every Redis and MySQL connection by this long, as between hosts (0: none)")
 	flag.BoolVar(&c.interpolate, "interpolate", true, "interpolateParams: one round trip per statement instead of prepare+execute")
+	flag.BoolVar(&c.steps, "steps", false, "uncontended mode: time the stages of each Do (Hooks.OnStep) and print their means per variant; the hook costs each Do a little")
 	flag.BoolVar(&c.newKeys, "new-keys", false, "start without fence rows, so that each key's first Do creates its row (default: every key's row exists, as for items sold before)")
 	flag.StringVar(&c.variants, "hot", "", "comma-separated variants to run besides SELECT ... FOR UPDATE in the hot and mixed modes: do (guard.Do, default options), atend (HandOffAtEnd and NoRelay), handoff (NoRelay: hand-off at the claim alone), relay (HandOffAtEnd: relaying alone), batch (MaxBatch -batch), batchsp (with BatchSavepoints), batchatend (with HandOffAtEnd and NoRelay), ride (ClaimWithFirstStatement), read (DoRead: the SELECT sent with the claim) (default: do, atend, handoff, relay, ride, read)")
 	flag.StringVar(&c.profileVariant, "cpuprofile-variant", "do", "the variant -cpuprofile profiles: do, atend, handoff, relay, batch, batchsp, batchatend, ride or read")
@@ -156,6 +159,7 @@ type setup struct {
 	servers      servers
 	redis, mysql *meter
 	tally        *txTally
+	stepLog      atomic.Pointer[reqLog] // with -steps, where Do's stages are timed
 	prefix       string
 	profiled     bool
 }
@@ -187,7 +191,7 @@ func run(c config) error {
 	}
 	defer func() { _, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+name) }()
 
-	s := &setup{cfg: c, redis: &meter{delay: c.rtt}, mysql: &meter{delay: c.rtt}, tally: &txTally{},
+	s := &setup{cfg: c, redis: &meter{delay: c.rtt, label: redisLabel}, mysql: &meter{delay: c.rtt, label: mysqlLabel}, tally: &txTally{},
 		prefix: "guardbench:" + randomHex(4)}
 	callers := max(c.callers, c.hotCallers+c.coldCallers)
 	s.rdb = redis.NewClient(&redis.Options{Addr: c.redisAddr, Dialer: s.redis.dial, PoolSize: callers + 16})
@@ -220,9 +224,17 @@ func run(c config) error {
 	}
 	s.locker = redislock.New(s.rdb, &redislock.Options{Prefix: s.prefix})
 	defer s.locker.Close()
-	s.g = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch})
-	s.gRide = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, ClaimWithFirstStatement: true})
-	s.gAtEnd = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOff: guard.HandOffAtEnd, NoRelay: true})
+	var hooks guard.Hooks
+	if c.steps {
+		hooks.OnStep = func(_ context.Context, st guard.Step) {
+			if l := s.stepLog.Load(); l != nil {
+				l.add(st.Kind.String(), st.Duration)
+			}
+		}
+	}
+	s.g = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, Hooks: hooks})
+	s.gRide = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, ClaimWithFirstStatement: true, Hooks: hooks})
+	s.gAtEnd = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOff: guard.HandOffAtEnd, NoRelay: true, Hooks: hooks})
 	s.gHandOff = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, NoRelay: true})
 	s.gRelay = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.maxBatch, HandOff: guard.HandOffAtEnd})
 	s.gBatch = guard.New(s.locker, s.db, &guard.Options{MaxBatch: c.batch})

@@ -75,12 +75,14 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 	}
 	// base is the index of the variant a variant is compared with.
 	variants := []struct {
-		name string
-		base int
-		op   func() error
-		lat  []time.Duration
-		rRT  int64
-		mRT  int64
+		name  string
+		base  int
+		op    func() error
+		lat   []time.Duration
+		rRT   int64
+		mRT   int64
+		reqs  *reqLog
+		steps *reqLog
 	}{{name: "bare tx", op: func() error {
 		return bounded(ctx, opTimeout, func(ctx context.Context) error { return bare(ctx, s.db) })
 	}}, {name: "guard.Do", op: through(s.g)}, {name: "Do at-end", op: through(s.gAtEnd)}, {name: "Do ride", op: through(s.gRide)},
@@ -89,6 +91,7 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		}},
 		{name: "Do +read", base: 4, op: withRead(false)}, {name: "DoRead", base: 4, op: withRead(true)}}
 	for i := range variants { // warm up: pools, script cache
+		variants[i].reqs, variants[i].steps = &reqLog{}, &reqLog{}
 		for range 50 {
 			if err := variants[i].op(); err != nil {
 				return err
@@ -100,6 +103,9 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 		for i := range variants {
 			v := &variants[i]
 			r0, m0 := s.redis.roundTrips(), s.mysql.roundTrips()
+			s.redis.timeRequests(v.reqs)
+			s.mysql.timeRequests(v.reqs)
+			s.stepLog.Store(v.steps)
 			for range block {
 				t0 := time.Now()
 				if err := v.op(); err != nil {
@@ -107,6 +113,9 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 				}
 				v.lat = append(v.lat, time.Since(t0))
 			}
+			s.redis.timeRequests(nil)
+			s.mysql.timeRequests(nil)
+			s.stepLog.Store(nil)
 			v.rRT += s.redis.roundTrips() - r0
 			v.mRT += s.mysql.roundTrips() - m0
 		}
@@ -126,6 +135,19 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 			d.name, b.name, ratio(pct(d.lat, 50), pct(b.lat, 50)), short(pct(d.lat, 50)-pct(b.lat, 50)),
 			ratio(mean(d.lat), mean(b.lat)), short(mean(d.lat)-mean(b.lat)),
 			float64(d.rRT-b.rRT)/float64(len(d.lat)), float64(d.mRT-b.mRT)/float64(len(d.lat)))
+	}
+	fmt.Println("  time per request, from its write to the first bytes of its reply (-rtt not included), Redis and MySQL:")
+	for i := range variants {
+		v := &variants[i]
+		fmt.Printf("    %-9s %s\n", v.name, v.reqs.summary(len(v.lat)))
+	}
+	if s.cfg.steps {
+		fmt.Println("  stages of a Do (Hooks.OnStep; the unlock is off the caller's path):")
+		for i := range variants {
+			if v := &variants[i]; len(v.steps.kinds) > 0 {
+				fmt.Printf("    %-9s %s\n", v.name, v.steps.summary(len(v.lat)))
+			}
+		}
 	}
 	fmt.Println()
 	return nil
