@@ -14,7 +14,10 @@ import (
 // -rtt delay, to the first bytes of its reply. On one host that is the
 // server's time for the request plus a loopback crossing each way; it shows
 // what each statement and script of a Do costs the server, apart from the
-// network.
+// network. A request counts in the log that was set when it was written:
+// the unlock and the release that a block's last Do sends after returning
+// may count with the next block's variant (a few per block, seen as a
+// count of 0.01 per op).
 type reqLog struct {
 	mu    sync.Mutex
 	kinds map[string]*reqStat
@@ -38,6 +41,13 @@ func (l *reqLog) add(label string, d time.Duration) {
 	}
 	st.n++
 	st.sum += d
+}
+
+// empty reports whether nothing was timed into the log.
+func (l *reqLog) empty() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.kinds) == 0
 }
 
 // summary renders the log for ops operations: each kind with its count per

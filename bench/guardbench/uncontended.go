@@ -144,7 +144,7 @@ func uncontended(ctx context.Context, s *setup, n int, opTimeout time.Duration) 
 	if s.cfg.steps {
 		fmt.Println("  stages of a Do (Hooks.OnStep; the unlock is off the caller's path):")
 		for i := range variants {
-			if v := &variants[i]; len(v.steps.kinds) > 0 {
+			if v := &variants[i]; !v.steps.empty() {
 				fmt.Printf("    %-9s %s\n", v.name, v.steps.summary(len(v.lat)))
 			}
 		}
