@@ -112,12 +112,19 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 		bc = &beginClaim{stx: stx, mark: tx.mark, ride: r}
 		q = bc
 	}
-	wctx := lctx
+	wctx, ended := lctx, func() {}
 	if ctx != lctx {
 		c, cancel := context.WithCancelCause(lctx)
 		defer cancel(nil)
 		defer context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })()
 		wctx = c
+		// The AfterFunc above runs on a goroutine of its own: a claim the
+		// driver ended for ctx may return before it has.
+		ended = func() {
+			if ctx.Err() != nil {
+				cancel(context.Cause(ctx))
+			}
+		}
 	}
 	var stop func()
 	if connID != 0 {
@@ -131,7 +138,13 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 	} else {
 		err = fence.ClaimExisting(ctx, q, tx.resource, tx.token, tx.owner, tx.opID)
 	}
+	ended()
 	stop()
+	if err != nil && wctx.Err() != nil && !answered(err) && !errors.Is(err, context.Cause(wctx)) {
+		// The KILL may have closed the connection before the driver saw
+		// ctx end, and the error then names the connection, not the cause.
+		err = fmt.Errorf("%w (%v)", context.Cause(wctx), err)
+	}
 	if bc == nil {
 		return connID, nil, err
 	}
@@ -143,6 +156,11 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 		bc.rows = nil
 	}
 	return connID, bc.rows, err
+}
+
+// answered tells whether err is the fence row's answer to a claim.
+func answered(err error) bool {
+	return errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrNoFence)
 }
 
 // beginClaim is the fence.Querier a claim goes through when it rides with
@@ -242,7 +260,13 @@ func (r claimResult) RowsAffected() (int64, error) {
 // ended; the KILL is bounded by timeout.
 //
 // With query set, only the statement running at the time is ended (KILL
-// QUERY): the transaction and the connection go on.
+// QUERY): the transaction and the connection go on. That is for a
+// statement that ctx does not end in the driver (a batch member's, see
+// Tx.stmtCtx), which therefore returns before ctx ended only when it is
+// done: stop then sends nothing, for a late KILL QUERY could end the next
+// statement. Without query, the statement is one that ctx ends in the
+// driver, which may return before the end of ctx has called for the KILL:
+// stop then sends it, since the server thread may still wait.
 func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration, query bool) (stop func()) {
 	if connID == 0 {
 		return func() {}
@@ -251,7 +275,7 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 	if query {
 		kill = "KILL QUERY "
 	}
-	return onEnd(ctx, timeout, func(kctx context.Context, _ func()) {
+	return onEnd(ctx, timeout, !query, func(kctx context.Context, _ func()) {
 		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
 	})
 }
@@ -283,7 +307,7 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
 		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%'" +
 		" OR INFO LIKE 'BEGIN NOT ATOMIC %redfence_begin_claim(%" + outer + "%')"
-	return onEnd(ctx, timeout, func(kctx context.Context, settled func()) {
+	return onEnd(ctx, timeout, true, func(kctx context.Context, settled func()) {
 		for wait := 5 * time.Millisecond; ; wait *= 2 {
 			var ids []uint64
 			_ = g.db.SelectContext(kctx, &ids, find)
@@ -301,22 +325,33 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 // onEnd runs kill when ctx ends, on a ctx of its own bounded by timeout,
 // until stop is called. stop returns once a kill under way has ended, or
 // has called settled to say that what follows may go on without stop.
-func onEnd(ctx context.Context, timeout time.Duration, kill func(kctx context.Context, settled func())) (stop func()) {
+//
+// With late set, stop also runs kill when ctx has ended but kill has not
+// started yet. The driver ends a statement when ctx is done, and ctx's
+// AfterFunc functions run only after that, so a statement ended for ctx
+// can return, and its caller call stop, first: without late, its server
+// thread would be left waiting.
+func onEnd(ctx context.Context, timeout time.Duration, late bool, kill func(kctx context.Context, settled func())) (stop func()) {
 	done := make(chan struct{})
 	var settle sync.Once
 	settled := func() { settle.Do(func() { close(done) }) }
-	after := context.AfterFunc(ctx, func() {
+	run := func() {
 		defer settled()
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		kill(kctx, settled)
-	})
+	}
+	after := context.AfterFunc(ctx, run)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if !after() {
-				<-done
+			if after() {
+				if !late || ctx.Err() == nil {
+					return
+				}
+				go run()
 			}
+			<-done
 		})
 	}
 }
