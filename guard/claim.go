@@ -205,7 +205,10 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
 	if a.lg != nil {
 		a.lg.connID = connID
 	}
-	tx.killQuery = func(ctx context.Context) func() { return g.killOnEnd(ctx, connID, settleGrace, true) }
+	tx.killQuery = func(ctx context.Context) func() {
+		stop := g.killOnEnd(ctx, connID, settleGrace, true)
+		return func() { stop(false) } // see onEnd
+	}
 	c.retry, err = c.outcome(err)
 	if nr := (noFenceRow{}); !errors.As(err, &nr) { // not a failed claim: see makeRow
 		if tx.claim.deferred {

@@ -126,7 +126,7 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 			}
 		}
 	}
-	var stop func()
+	var stop func(failed bool)
 	if connID != 0 {
 		stop = g.killOnEnd(wctx, connID, settleGrace, false)
 	} else {
@@ -138,12 +138,16 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 	} else {
 		err = fence.ClaimExisting(ctx, q, tx.resource, tx.token, tx.owner, tx.opID)
 	}
-	ended()
-	stop()
-	if err != nil && wctx.Err() != nil && !answered(err) && !errors.Is(err, context.Cause(wctx)) {
-		// The KILL may have closed the connection before the driver saw
-		// ctx end, and the error then names the connection, not the cause.
-		err = fmt.Errorf("%w (%v)", context.Cause(wctx), err)
+	// A claim that failed without the row's answer may have been ended by
+	// the driver for ctx, its server thread still waiting: stop ends that
+	// too. One that the row answered waits for nothing.
+	failed := err != nil && !answered(err)
+	if failed {
+		ended()
+	}
+	stop(failed)
+	if failed && wctx.Err() != nil {
+		err = endedErr(wctx, err)
 	}
 	if bc == nil {
 		return connID, nil, err
@@ -161,6 +165,19 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 // answered tells whether err is the fence row's answer to a claim.
 func answered(err error) bool {
 	return errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrNoFence)
+}
+
+// endedErr is err, the error of a claim sent while ctx ended, with ctx's
+// cause in front when err does not already say that ctx ended: the KILL
+// that ctx's end calls for may close the connection before the driver
+// sees ctx end, and err then names the connection ("invalid connection",
+// or the server's "connection was killed"), not why.
+func endedErr(ctx context.Context, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Cause(ctx)) || errors.Is(err, ErrSchemaOutdated) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 }
 
 // beginClaim is the fence.Querier a claim goes through when it rides with
@@ -260,22 +277,20 @@ func (r claimResult) RowsAffected() (int64, error) {
 // ended; the KILL is bounded by timeout.
 //
 // With query set, only the statement running at the time is ended (KILL
-// QUERY): the transaction and the connection go on. That is for a
-// statement that ctx does not end in the driver (a batch member's, see
-// Tx.stmtCtx), which therefore returns before ctx ended only when it is
-// done: stop then sends nothing, for a late KILL QUERY could end the next
-// statement. Without query, the statement is one that ctx ends in the
-// driver, which may return before the end of ctx has called for the KILL:
-// stop then sends it, since the server thread may still wait.
-func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration, query bool) (stop func()) {
+// QUERY): the transaction and the connection go on.
+//
+// stop(failed) with failed set also sends the KILL when ctx has ended
+// and the KILL has not started yet (see onEnd): for a statement that ctx
+// ends in the driver, and that returned an error that may be that end.
+func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Duration, query bool) (stop func(failed bool)) {
 	if connID == 0 {
-		return func() {}
+		return func(bool) {}
 	}
 	kill := "KILL "
 	if query {
 		kill = "KILL QUERY "
 	}
-	return onEnd(ctx, timeout, !query, func(kctx context.Context, _ func()) {
+	return onEnd(ctx, timeout, func(kctx context.Context, _ func()) {
 		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
 	})
 }
@@ -300,14 +315,14 @@ const claimSearchWait = 80 * time.Millisecond
 // shows opID, so a late KILL can end nothing else. A claim that arrives
 // later still waits until innodb_lock_wait_timeout, and, should the fence
 // row come free first, holds it until the server finds its client gone.
-func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func()) {
+func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Duration) (stop func(failed bool)) {
 	inner := hex.EncodeToString([]byte(opID))
 	outer := hex.EncodeToString([]byte(inner))
 	find := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()" +
 		" AND (INFO LIKE 'UPDATE " + fence.Table + " SET %" + inner + "%'" +
 		" OR INFO LIKE 'CALL redfence_begin_claim(%" + outer + "%'" +
 		" OR INFO LIKE 'BEGIN NOT ATOMIC %redfence_begin_claim(%" + outer + "%')"
-	return onEnd(ctx, timeout, true, func(kctx context.Context, settled func()) {
+	return onEnd(ctx, timeout, func(kctx context.Context, settled func()) {
 		for wait := 5 * time.Millisecond; ; wait *= 2 {
 			var ids []uint64
 			_ = g.db.SelectContext(kctx, &ids, find)
@@ -326,12 +341,15 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 // until stop is called. stop returns once a kill under way has ended, or
 // has called settled to say that what follows may go on without stop.
 //
-// With late set, stop also runs kill when ctx has ended but kill has not
-// started yet. The driver ends a statement when ctx is done, and ctx's
-// AfterFunc functions run only after that, so a statement ended for ctx
-// can return, and its caller call stop, first: without late, its server
-// thread would be left waiting.
-func onEnd(ctx context.Context, timeout time.Duration, late bool, kill func(kctx context.Context, settled func())) (stop func()) {
+// stop(true) also runs kill when ctx has ended but kill has not started.
+// The driver ends a statement when ctx is done, and ctx's AfterFunc
+// functions run only after that, so a statement ended for ctx can return,
+// and its caller call stop, before kill has started: its server thread
+// would be left waiting. stop(false) is for a statement that did not fail
+// (nothing waits), or whose ctx the driver does not watch (a batch
+// member's, see Tx.stmtCtx, which returns only when done): there a late
+// KILL QUERY could end the next statement.
+func onEnd(ctx context.Context, timeout time.Duration, kill func(kctx context.Context, settled func())) (stop func(failed bool)) {
 	done := make(chan struct{})
 	var settle sync.Once
 	settled := func() { settle.Do(func() { close(done) }) }
@@ -343,10 +361,10 @@ func onEnd(ctx context.Context, timeout time.Duration, late bool, kill func(kctx
 	}
 	after := context.AfterFunc(ctx, run)
 	var once sync.Once
-	return func() {
+	return func(failed bool) {
 		once.Do(func() {
 			if after() {
-				if !late || ctx.Err() == nil {
+				if !failed || ctx.Err() == nil {
 					return
 				}
 				go run()
