@@ -307,7 +307,9 @@ func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (r
 		a.rollback() // fn failed before its first statement: nothing was claimed
 	} else {
 		a.finished = true
-		if end := g.rollbackGone(ctx, a.stx, a.tx.mark); end.gone {
+		end := g.rollbackGone(ctx, a.stx, a.tx.mark)
+		a.endUnanswered(end)
+		if end.gone {
 			retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
 			return retry && lctx.Err() == nil, err
 		}

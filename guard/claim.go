@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -33,6 +34,8 @@ type attemptTx struct {
 	stx *sqlx.Tx
 	tx  *Tx
 	lg  *leg // the relayed leg the transaction is on, or nil
+	// connID is the session's connection id, once the claim has answered.
+	connID uint64
 	// kept: lg is taken care of (passed on or ended by the commit).
 	kept bool
 	// finished: committed, or rolled back.
@@ -105,7 +108,25 @@ func (a *attemptTx) rollback() {
 		_ = a.stx.Rollback()
 		return
 	}
-	a.g.rollback(a.ctx, a.stx, a.tx.mark)
+	a.endUnanswered(a.g.rollbackGone(a.ctx, a.stx, a.tx.mark))
+}
+
+// endUnanswered ends a's session on the server (KILL, from another
+// connection of the pool) when its rollback got no answer (end): a's ctx
+// had ended, or the connection was gone. A statement of fn that its ctx
+// ended in the driver (which closes the socket) goes on on the server,
+// waiting for a row lock or running, and its transaction keeps the fence
+// row's lock meanwhile: the key's next holder would wait for it, up to
+// innodb_lock_wait_timeout or the statement's end. The session is this
+// attempt's alone: its ctx, or its connection, has ended, so it neither
+// commits nor passes on, and connection ids are not used twice.
+func (a *attemptTx) endUnanswered(end ending) {
+	if end.answered || a.connID == 0 {
+		return
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), settleGrace)
+	defer cancel()
+	_, _ = a.g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(a.connID, 10))
 }
 
 // claim begins attempt n's transaction on h.key and claims the fence row
@@ -202,6 +223,7 @@ func (c *claiming) run(ctx context.Context, r *rideStmt) (*sqlx.Rows, error) {
 	a, g := c.a, c.a.g
 	tx := a.tx
 	connID, rows, err := g.claimSession(ctx, c.lctx, a.stx, tx, c.connID, r)
+	a.connID = connID
 	if a.lg != nil {
 		a.lg.connID = connID
 	}

@@ -82,6 +82,9 @@ type ending struct {
 	// committed on its own. (Switched on and off again by fn, it is not
 	// seen: see the Tx documentation.)
 	autocommit bool
+	// answered: the server answered the rollback, so no statement of the
+	// session still runs there (see attemptTx.endUnanswered).
+	answered bool
 }
 
 // notClaimingError is commitSession's refusal, with what the rollback that
@@ -404,7 +407,8 @@ func rollbackSession(ctx context.Context, stx *sqlx.Tx, mark string) (ending, er
 	var gone, autocommit int
 	err := stx.QueryRowContext(ctx, fmt.Sprintf(sqlRollback, mark)).Scan(&gone, &autocommit)
 	if err != nil {
-		return ending{}, err
+		var me *mysql.MySQLError
+		return ending{answered: errors.As(err, &me)}, err
 	}
-	return ending{gone: gone == 1, autocommit: autocommit == 1}, nil
+	return ending{gone: gone == 1, autocommit: autocommit == 1, answered: true}, nil
 }
