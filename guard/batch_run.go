@@ -30,6 +30,7 @@ type batchRun struct {
 	owner    string
 	acquired time.Time
 	released chan struct{} // see Guard.commit
+	a        *attemptTx    // the attempt under way (run)
 
 	// careful is set once a member's error has made the batch run again
 	// without it: from then on each member runs inside a savepoint.
@@ -266,6 +267,7 @@ func (r *batchRun) begin(*holding) (plan, bool) {
 // retry, the failure to retry).
 func (r *batchRun) run(a *attemptTx, n int, fctx context.Context) (done, retry bool, err error) {
 	g, lctx, open := r.g, r.lctx, r.cur
+	r.a = a
 	if r.ho.handed() { // handed on at this attempt's claim (Guard.attempt)
 		g.batches.setHandedOff(g, r.b, true) // the next batch starts its turn
 	}
@@ -439,7 +441,7 @@ func (r *batchRun) panicked(m *member, tx *Tx, rep report, md turnMode) (stop bo
 	case md.savepoints:
 		r.rollbackTo(tx, md.sp, md.spn)
 	case md.optimistic && tx.failure() == nil:
-		r.g.rollback(r.ctx, tx.Tx, tx.mark)
+		r.a.rollback() // the attempt's: run's rollback for runAgain then sends nothing
 		close(rep.aborted)
 		r.settle(m, panicErr)
 		r.runAgain = true

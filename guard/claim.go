@@ -112,16 +112,20 @@ func (a *attemptTx) rollback() {
 }
 
 // endUnanswered ends a's session on the server (KILL, from another
-// connection of the pool) when its rollback got no answer (end): a's ctx
-// had ended, or the connection was gone. A statement of fn that its ctx
-// ended in the driver (which closes the socket) goes on on the server,
-// waiting for a row lock or running, and its transaction keeps the fence
-// row's lock meanwhile: the key's next holder would wait for it, up to
-// innodb_lock_wait_timeout or the statement's end. The session is this
-// attempt's alone: its ctx, or its connection, has ended, so it neither
-// commits nor passes on, and connection ids are not used twice.
+// connection of the pool) when a statement of fn may have been left
+// running there (Tx.cut) and the rollback got no answer (end): a's ctx had
+// ended, or the connection was lost. The driver closes the socket of a
+// statement whose ctx ends, but the server thread goes on, waiting for a
+// row lock or running, and its transaction keeps the fence row's lock: the
+// key's next holder would wait for it, up to innodb_lock_wait_timeout. The
+// session is this attempt's alone: its connection, or its ctx, has ended
+// (with completion_type RELEASE, database/sql's own ROLLBACK ends the
+// session), so it neither commits nor passes on, and the server never
+// gives its id to another connection. Not with a multi-primary cluster,
+// where the KILL could reach another node, on which the id is another
+// session's.
 func (a *attemptTx) endUnanswered(end ending) {
-	if end.answered || a.connID == 0 {
+	if end.answered || a.connID == 0 || !a.tx.cut.Load() || a.g.dbCheck.multiPrimary.Load() {
 		return
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), settleGrace)

@@ -3,6 +3,8 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +30,8 @@ func TestAFnStatementLeftByItsCallerDoesNotHoldTheKey(t *testing.T) {
 		{"the statement's ctx, handoff at end", true, *atEnd(guard.Options{})},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t, envConfig{guard: &c.opt})
+			var kills atomic.Int64
+			e := newEnv(t, envConfig{guard: &c.opt, dial: func(c netConn) netConn { return &killCounter{netConn: c, n: &kills} }})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
@@ -67,6 +70,80 @@ func TestAFnStatementLeftByItsCallerDoesNotHoldTheKey(t *testing.T) {
 			if n := e.counter(1); n != 1 {
 				t.Fatalf("counter 1 = %d, want 1: the call that gave up must have changed nothing", n)
 			}
+			if n := kills.Load(); n != 1 {
+				t.Fatalf("%d KILL statements sent, want 1: the left statement's session", n)
+			}
 		})
+	}
+}
+
+// killCounter counts the KILL statements sent on a connection of the pool.
+type killCounter struct {
+	netConn
+	n *atomic.Int64
+}
+
+func (c *killCounter) Write(p []byte) (int, error) {
+	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
+	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), "KILL ") {
+		c.n.Add(1)
+	}
+	return c.netConn.Write(p)
+}
+
+// A session is ended on the server only when a statement of fn may have
+// been left running there. A caller that gives up with no statement in
+// flight, or a batch member that panics (its work undone, the connection
+// back in the pool), sends no KILL: the pool's connection, perhaps already
+// another caller's, must not be ended.
+func TestNoKillWithoutAStatementLeftRunning(t *testing.T) {
+	var kills atomic.Int64
+	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8},
+		dial: func(c netConn) netConn { return &killCounter{netConn: c, n: &kills} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
+
+	dctx, dcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer dcancel()
+	err := e.g.Do(dctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+		if err := increment(ctx, tx, 1); err != nil {
+			return err
+		}
+		<-ctx.Done() // gives up between statements
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want context.DeadlineExceeded", err)
+	}
+
+	lk, err := e.locker.Lock(ctx, "k") // the members queue up as one batch
+	must(t, err)
+	panics := make(chan any, 2)
+	for i := range 2 {
+		go func() {
+			defer func() { panics <- recover() }()
+			_ = e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error {
+				if err := increment(ctx, tx, 2); err != nil {
+					return err
+				}
+				if i == 1 {
+					panic("member 1")
+				}
+				return nil
+			})
+		}()
+		waitFor(t, "caller to join", func() bool { m, _ := guard.BatchMembers(e.g, "k"); return m == i+1 })
+	}
+	must(t, lk.Unlock(ctx))
+	for range 2 {
+		<-panics
+	}
+	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return increment(ctx, tx, 1) }))
+	if n := kills.Load(); n != 0 {
+		t.Fatalf("%d KILL statements sent, want 0", n)
+	}
+	if a, b := e.counter(1), e.counter(2); a != 1 || b != 1 {
+		t.Fatalf("counters %d %d, want 1 1", a, b)
 	}
 }

@@ -82,8 +82,10 @@ type ending struct {
 	// committed on its own. (Switched on and off again by fn, it is not
 	// seen: see the Tx documentation.)
 	autocommit bool
-	// answered: the server answered the rollback, so no statement of the
-	// session still runs there (see attemptTx.endUnanswered).
+	// answered: the rollback was sent and did not end with the loss of the
+	// connection or of its ctx, so no statement of the session still runs
+	// on the server (see attemptTx.endUnanswered). ending{}, the rollback
+	// not sent because ctx had ended, is not answered.
 	answered bool
 }
 
@@ -163,6 +165,13 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 		bc.rows = nil
 	}
 	return connID, bc.rows, err
+}
+
+// cutErr tells whether err, a statement's, may have left the statement
+// running on the server: the driver ended it for its ctx (closing the
+// socket), or the connection was lost.
+func cutErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || fence.IsConnectionLost(err)
 }
 
 // answered tells whether err is the fence row's answer to a claim.
@@ -407,8 +416,7 @@ func rollbackSession(ctx context.Context, stx *sqlx.Tx, mark string) (ending, er
 	var gone, autocommit int
 	err := stx.QueryRowContext(ctx, fmt.Sprintf(sqlRollback, mark)).Scan(&gone, &autocommit)
 	if err != nil {
-		var me *mysql.MySQLError
-		return ending{answered: errors.As(err, &me)}, err
+		return ending{answered: !cutErr(err)}, err
 	}
 	return ending{gone: gone == 1, autocommit: autocommit == 1, answered: true}, nil
 }

@@ -158,6 +158,9 @@ type txState struct {
 	// settleLost, when set, tells on a fresh connection whether the
 	// transaction committed, after its connection was lost (Guard.settle).
 	settleLost func(context.Context) (committed bool, err error)
+	// cut is set when a statement of fn ended in a way that may have left
+	// it running on the server (cutErr): see attemptTx.endUnanswered.
+	cut atomic.Bool
 	// killQuery, in a batch, makes the end of a member's ctx end the
 	// member's statement then running on the server (see stmtCtx).
 	killQuery func(ctx context.Context) (stop func())
@@ -325,6 +328,9 @@ func (t *Tx) observe(err error) error {
 		return nil
 	}
 	t.init()
+	if cutErr(err) {
+		t.cut.Store(true)
+	}
 	// A deadlock or a lost connection rolled the transaction back; a lock
 	// wait timeout rolled back the statement (or, with
 	// innodb_rollback_on_timeout, the transaction). Either way statements
