@@ -303,16 +303,11 @@ func (g *Guard) runFn(ctx, lctx, fctx context.Context, a *attemptTx, fn func(con
 // fn's error, unless the claiming transaction had already ended unseen
 // (see endedUnseen) or the lock was lost meanwhile.
 func (g *Guard) fnFailed(ctx, lctx context.Context, a *attemptTx, ferr error) (retry bool, err error) {
-	if a.tx.bare() {
-		a.rollback() // fn failed before its first statement: nothing was claimed
-	} else {
-		a.finished = true
-		end := g.rollbackGone(ctx, a.stx, a.tx.mark)
-		a.endUnanswered(end)
-		if end.gone {
-			retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
-			return retry && lctx.Err() == nil, err
-		}
+	// (When fn failed before its first statement, nothing was claimed,
+	// and nothing is found.)
+	if end := a.rollbackEnd(); end.gone {
+		retry, err := g.endedUnseen(ctx, a.tx, ferr, end)
+		return retry && lctx.Err() == nil, err
 	}
 	if cause := context.Cause(lctx); errors.Is(cause, ErrLockLost) {
 		return false, fmt.Errorf("%w (fn: %w)", cause, ferr)

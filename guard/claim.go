@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -99,16 +98,23 @@ func (a *attemptTx) close() {
 // rollback rolls a's transaction back now: without redfence_rollback when
 // nothing marked the session (its claim, which was to ride, was never
 // sent).
-func (a *attemptTx) rollback() {
+func (a *attemptTx) rollback() { a.rollbackEnd() }
+
+// rollbackEnd is rollback, reporting what it found (see rollbackGone);
+// once a is finished, or when nothing marked the session, there is
+// nothing to find.
+func (a *attemptTx) rollbackEnd() ending {
 	if a.finished {
-		return
+		return ending{answered: true}
 	}
 	a.finished = true
 	if a.tx.bare() {
 		_ = a.stx.Rollback()
-		return
+		return ending{answered: true}
 	}
-	a.endUnanswered(a.g.rollbackGone(a.ctx, a.stx, a.tx.mark))
+	end := a.g.rollbackGone(a.ctx, a.stx, a.tx.mark)
+	a.endUnanswered(end)
+	return end
 }
 
 // endUnanswered ends a's session on the server (KILL, from another
@@ -130,7 +136,7 @@ func (a *attemptTx) endUnanswered(end ending) {
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), settleGrace)
 	defer cancel()
-	_, _ = a.g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(a.connID, 10))
+	a.g.kill(kctx, a.connID, false)
 }
 
 // claim begins attempt n's transaction on h.key and claims the fence row

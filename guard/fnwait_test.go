@@ -3,7 +3,6 @@ package guard_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func TestAFnStatementLeftByItsCallerDoesNotHoldTheKey(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var kills atomic.Int64
-			e := newEnv(t, envConfig{guard: &c.opt, dial: func(c netConn) netConn { return &killCounter{netConn: c, n: &kills} }})
+			e := newEnv(t, envConfig{guard: &c.opt, dial: func(c netConn) netConn { return countQueries(c, "KILL ", &kills) }})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row
@@ -77,20 +76,6 @@ func TestAFnStatementLeftByItsCallerDoesNotHoldTheKey(t *testing.T) {
 	}
 }
 
-// killCounter counts the KILL statements sent on a connection of the pool.
-type killCounter struct {
-	netConn
-	n *atomic.Int64
-}
-
-func (c *killCounter) Write(p []byte) (int, error) {
-	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
-	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), "KILL ") {
-		c.n.Add(1)
-	}
-	return c.netConn.Write(p)
-}
-
 // A session is ended on the server only when a statement of fn may have
 // been left running there. A caller that gives up with no statement in
 // flight, or a batch member that panics (its work undone, the connection
@@ -99,7 +84,7 @@ func (c *killCounter) Write(p []byte) (int, error) {
 func TestNoKillWithoutAStatementLeftRunning(t *testing.T) {
 	var kills atomic.Int64
 	e := newEnv(t, envConfig{guard: &guard.Options{MaxBatch: 8},
-		dial: func(c netConn) netConn { return &killCounter{netConn: c, n: &kills} }})
+		dial: func(c netConn) netConn { return countQueries(c, "KILL ", &kills) }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	must(t, e.g.Do(ctx, "k", func(ctx context.Context, tx *guard.Tx) error { return nil })) // the fence row

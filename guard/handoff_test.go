@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +52,7 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 				}
 			}
 			var chained atomic.Int64
-			e := newEnv(t, envConfig{guard: &opt, dial: func(c netConn) netConn { return &chainCounter{netConn: c, n: &chained} }})
+			e := newEnv(t, envConfig{guard: &opt, dial: func(c netConn) netConn { return countQueries(c, "CALL redfence_commit_relay('", &chained) }})
 			e.db.SetMaxOpenConns(8)
 			const callers, each = 12, 8
 			var (
@@ -130,21 +129,6 @@ func TestHandOffFnNeverOverlaps(t *testing.T) {
 			e.assertFree("k")
 		})
 	}
-}
-
-// chainCounter counts the commits that chain the next transaction
-// (CALL redfence_commit_relay()) written on a MySQL connection.
-type chainCounter struct {
-	netConn
-	n *atomic.Int64
-}
-
-func (c *chainCounter) Write(p []byte) (int, error) {
-	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
-	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), "CALL redfence_commit_relay('") {
-		c.n.Add(1)
-	}
-	return c.netConn.Write(p)
 }
 
 // A holder paused inside fn after handing the lock on keeps the next holder

@@ -311,3 +311,24 @@ func atEnd(o guard.Options) *guard.Options {
 	o.NoRelay = true
 	return &o
 }
+
+// queryCounter counts the statements sent on a connection whose text
+// begins with prefix: the commits that chain the next transaction
+// (relaying), the KILLs.
+type queryCounter struct {
+	netConn
+	prefix string
+	n      *atomic.Int64
+}
+
+func countQueries(c netConn, prefix string, n *atomic.Int64) netConn {
+	return &queryCounter{netConn: c, prefix: prefix, n: n}
+}
+
+func (c *queryCounter) Write(p []byte) (int, error) {
+	// A MySQL packet: 3-byte length, sequence number, then COM_QUERY (3) and the text.
+	if len(p) >= 5 && p[4] == 3 && strings.HasPrefix(string(p[5:]), c.prefix) {
+		c.n.Add(1)
+	}
+	return c.netConn.Write(p)
+}

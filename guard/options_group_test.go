@@ -127,7 +127,7 @@ func TestOptionGroupSuccession(t *testing.T) {
 					grantedInFn.Add(1)
 				}
 			}
-			e := newEnv(t, envConfig{guard: &opt, dial: func(c netConn) netConn { return &chainCounter{netConn: c, n: &chained} }})
+			e := newEnv(t, envConfig{guard: &opt, dial: func(c netConn) netConn { return countQueries(c, "CALL redfence_commit_relay('", &chained) }})
 			e.db.SetMaxOpenConns(8)
 			const callers, each = 12, 8
 			var wg sync.WaitGroup

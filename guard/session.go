@@ -117,19 +117,11 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 		bc = &beginClaim{stx: stx, mark: tx.mark, ride: r}
 		q = bc
 	}
-	wctx, ended := lctx, func() {}
+	wctx, cancel := lctx, context.CancelCauseFunc(nil)
 	if ctx != lctx {
-		c, cancel := context.WithCancelCause(lctx)
+		wctx, cancel = context.WithCancelCause(lctx)
 		defer cancel(nil)
 		defer context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })()
-		wctx = c
-		// The AfterFunc above runs on a goroutine of its own: a claim the
-		// driver ended for ctx may return before it has.
-		ended = func() {
-			if ctx.Err() != nil {
-				cancel(context.Cause(ctx))
-			}
-		}
 	}
 	var stop func(failed bool)
 	if connID != 0 {
@@ -146,9 +138,11 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 	// A claim that failed without the row's answer may have been ended by
 	// the driver for ctx, its server thread still waiting: stop ends that
 	// too. One that the row answered waits for nothing.
-	failed := err != nil && !answered(err)
-	if failed {
-		ended()
+	failed := err != nil && !rowAnswered(err)
+	if failed && cancel != nil && ctx.Err() != nil {
+		// The AfterFunc above runs on a goroutine of its own: a claim the
+		// driver ended for ctx may return before it has.
+		cancel(context.Cause(ctx))
 	}
 	stop(failed)
 	if failed && wctx.Err() != nil {
@@ -170,12 +164,15 @@ func (g *Guard) claimSession(ctx, lctx context.Context, stx *sqlx.Tx, tx *Tx, co
 // cutErr tells whether err, a statement's, may have left the statement
 // running on the server: the driver ended it for its ctx (closing the
 // socket), or the connection was lost.
-func cutErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || fence.IsConnectionLost(err)
+func cutErr(err error) bool { return ctxErr(err) || fence.IsConnectionLost(err) }
+
+// ctxErr tells whether err says that a ctx ended.
+func ctxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// answered tells whether err is the fence row's answer to a claim.
-func answered(err error) bool {
+// rowAnswered tells whether err is the fence row's answer to a claim.
+func rowAnswered(err error) bool {
 	return errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrNoFence)
 }
 
@@ -185,8 +182,7 @@ func answered(err error) bool {
 // sees ctx end, and err then names the connection ("invalid connection",
 // or the server's "connection was killed"), not why.
 func endedErr(ctx context.Context, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Cause(ctx)) || errors.Is(err, ErrSchemaOutdated) {
+	if ctxErr(err) || errors.Is(err, context.Cause(ctx)) || errors.Is(err, ErrSchemaOutdated) {
 		return err
 	}
 	return fmt.Errorf("%w (%v)", context.Cause(ctx), err)
@@ -298,13 +294,18 @@ func (g *Guard) killOnEnd(ctx context.Context, connID uint64, timeout time.Durat
 	if connID == 0 {
 		return func(bool) {}
 	}
+	return onEnd(ctx, timeout, func(kctx context.Context, _ func()) { g.kill(kctx, connID, query) })
+}
+
+// kill ends the server thread of connection id (KILL), or with query only
+// the statement it runs (KILL QUERY), from another connection of the pool.
+// An id that ended already is no error worth reporting.
+func (g *Guard) kill(ctx context.Context, id uint64, query bool) {
 	kill := "KILL "
 	if query {
 		kill = "KILL QUERY "
 	}
-	return onEnd(ctx, timeout, func(kctx context.Context, _ func()) {
-		_, _ = g.db.ExecContext(kctx, kill+strconv.FormatUint(connID, 10))
-	})
+	_, _ = g.db.ExecContext(ctx, kill+strconv.FormatUint(id, 10))
 }
 
 // claimSearchWait is the last interval between two searches of
@@ -339,7 +340,7 @@ func (g *Guard) killClaimOnEnd(ctx context.Context, opID string, timeout time.Du
 			var ids []uint64
 			_ = g.db.SelectContext(kctx, &ids, find)
 			for _, id := range ids {
-				_, _ = g.db.ExecContext(kctx, "KILL "+strconv.FormatUint(id, 10))
+				g.kill(kctx, id, false)
 			}
 			settled() // stop need not wait for the searches that follow
 			if len(ids) > 0 || wait > claimSearchWait || sleep(kctx, wait) != nil {
