@@ -73,17 +73,17 @@ func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.W
 	}
 	srv, err := serversFromEnv(defaultDatabase)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	srv, release, err := provide(ctx, srv, l, cfg.startServers, stderr)
 	defer release()
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	cfg.where = srv.describe()
 	results, err := runDemo(ctx, cfg, srv, stderr)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	if !writeReport(stdout, cfg, results) {
 		return exitFailed
@@ -92,9 +92,11 @@ func runWith(ctx context.Context, l launcher, args []string, stdout, stderr io.W
 }
 
 // fail prints err for a person, without a stack trace, and returns the exit
-// status it deserves.
-func fail(stderr io.Writer, err error) int {
-	if errors.Is(err, context.Canceled) {
+// status it deserves. Once ctx, the run's, has ended, err is the
+// interruption's doing, whatever it says (a connection it cut reads as
+// "bad connection"), and is reported as the interruption.
+func fail(ctx context.Context, stderr io.Writer, err error) int {
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 		fmt.Fprintln(stderr, "inventory: interrupted")
 		return exitFailed
 	}

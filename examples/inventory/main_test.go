@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -159,5 +160,22 @@ func TestFlagErrors(t *testing.T) {
 	cfg, err = parseDemoFlags(nil, &strings.Builder{})
 	if err != nil || len(cfg.modes) != len(allModes) || cfg.buyers != 64 || cfg.pause <= cfg.lease {
 		t.Fatalf("defaults: %+v %v (the default pause must outlast the lease)", cfg, err)
+	}
+}
+
+// An error that comes once the run was interrupted is the interruption's
+// doing: a connection it cut reads as "bad connection", which must not be
+// reported as the server answering with an error.
+func TestFailAfterTheInterruptionSaysInterrupted(t *testing.T) {
+	cut := &serversError{problems: []*serverProblem{mysqlProblem("127.0.0.1:3306", driver.ErrBadConn)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var live strings.Builder
+	if code := fail(ctx, &live, cut); code != cut.exitCode() || !strings.Contains(live.String(), "answered with an error") {
+		t.Fatalf("running: exit %d, %q; want %d and the server's error", code, live.String(), cut.exitCode())
+	}
+	cancel()
+	var ended strings.Builder
+	if code := fail(ctx, &ended, cut); code != exitFailed || ended.String() != "inventory: interrupted\n" {
+		t.Fatalf("interrupted: exit %d, %q; want %d and \"inventory: interrupted\"", code, ended.String(), exitFailed)
 	}
 }

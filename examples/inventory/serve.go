@@ -65,33 +65,33 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	}
 	srv, err := serversFromEnv(defaultDatabase)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	srv, release, err := provide(ctx, srv, l, cfg.startServers, stderr)
 	defer release()
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	admin, err := openDatabase(ctx, srv, 1)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	created, err := store.SeedIfMissing(ctx, admin, cfg.sku, cfg.stock)
 	_ = admin.Close()
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	m := newMetrics()
 	inst, err := newInstance("serve", instanceConfig{servers: srv, prefix: cfg.prefix, poolSize: cfg.poolSize, lease: cfg.lease,
 		logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		fallback: cfg.fallback == "database", hooks: m.hooks()})
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	defer inst.close()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	fmt.Fprintf(stdout, "servers: %s\n", srv.describe())
 	if created {
@@ -101,7 +101,7 @@ func runServe(ctx context.Context, l launcher, args []string, stdout, stderr io.
 	api := &api{guard: inst.guard, db: inst.db, checks: inst.checks(), checkTimeout: cfg.checkTimeout,
 		fallback: inst.fallback, guardMode: inst.mode, timeout: cfg.requestTimeout, instance: inst.name, metrics: m}
 	if err := serve(ctx, ln, api.routes(), cfg.shutdown); err != nil {
-		return fail(stderr, err)
+		return fail(ctx, stderr, err)
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return exitOK
